@@ -1,0 +1,39 @@
+"""Core transport for SQL queue tables (no Airflow import): usable from scripts, the CLI and tests."""
+
+from .address import QueueAddress
+from .dialects import Finding, get_dialect
+from .errors import (
+    CircuitBreakerOpenError,
+    CrossDatabaseTransactionError,
+    InvalidAddressError,
+    InvalidMessageError,
+    PermissionDeniedError,
+    QueueNotFoundError,
+    SqlQueueError,
+    UnsupportedConnectionError,
+)
+from .messages import OutgoingMessage, ReceivedMessage
+from .modes import TransactionMode
+from .pump import HandlerContext, ProcessSummary
+from .transport import SqlQueueTransport, ddl_script
+
+__all__ = [
+    "CircuitBreakerOpenError",
+    "CrossDatabaseTransactionError",
+    "Finding",
+    "HandlerContext",
+    "InvalidAddressError",
+    "InvalidMessageError",
+    "OutgoingMessage",
+    "PermissionDeniedError",
+    "ProcessSummary",
+    "QueueAddress",
+    "QueueNotFoundError",
+    "ReceivedMessage",
+    "SqlQueueError",
+    "SqlQueueTransport",
+    "TransactionMode",
+    "UnsupportedConnectionError",
+    "ddl_script",
+    "get_dialect",
+]

@@ -1,0 +1,136 @@
+"""Connection URLs to DB-API connection factories (for the CLI, scripts and tests; Airflow uses hooks)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .errors import SqlQueueError, UnsupportedConnectionError
+
+SCHEMES = ("sqlite:///path.db", "postgresql://user:pass@host:5432/db", "mssql+pymssql://user:pass@host:1433/db",
+           "mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS")
+
+
+class DatabaseConnectionError(SqlQueueError):
+    """The database could not be reached (message free of secrets)."""
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
+    """Return (a function opening a new connection, dialect name) for a URL; nothing is opened yet."""
+    if not isinstance(url, str) or "://" not in url:
+        raise UnsupportedConnectionError(
+            f"not a connection URL: {url!r}; use one of: {', '.join(SCHEMES)}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "sqlite":
+        return _sqlite(url), "sqlite"
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
+        return _postgres(url, scheme), "postgres"
+    if scheme in ("mssql", "mssql+pymssql"):
+        return _pymssql(url), "mssql"
+    if scheme == "mssql+pyodbc":
+        return _pyodbc(url), "mssql"
+    raise UnsupportedConnectionError(
+        f"unsupported URL scheme {scheme!r} in {redact(url)}; use one of: {', '.join(SCHEMES)}")
+
+
+def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:
+    password = urlsplit(url).password
+
+    def connect() -> Any:
+        try:
+            return open_connection()
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if password:
+                text = text.replace(password, "***")
+            raise DatabaseConnectionError(f"cannot connect to {redact(url)}: {text}") from None
+
+    return connect
+
+
+def _sqlite(url: str) -> Callable[[], Any]:
+    path = url[len("sqlite:///"):] if url.lower().startswith("sqlite:///") else ""
+    if not path:
+        raise UnsupportedConnectionError(f"a SQLite URL needs a file path: sqlite:///relative.db or "
+                                         f"sqlite:////absolute/path.db (got {url!r})")
+    if path == ":memory:":
+        raise UnsupportedConnectionError(
+            "sqlite:///:memory: gives every connection its own empty database; use a file path")
+    path = unquote(path.split("?", 1)[0])
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+
+    return _guard(connect, url)
+
+
+def _postgres(url: str, scheme: str) -> Callable[[], Any]:
+    dsn = "postgresql://" + url.split("://", 1)[1]
+    if scheme != "postgresql+psycopg2":
+        try:
+            import psycopg
+
+            return _guard(lambda: psycopg.connect(dsn, autocommit=False), url)
+        except ImportError:
+            pass
+    try:
+        import psycopg2
+    except ImportError:
+        raise UnsupportedConnectionError(
+            "PostgreSQL needs psycopg (v3) or psycopg2: pip install 'airflow-provider-sqlqueue[postgres]'") from None
+    return _guard(lambda: psycopg2.connect(dsn), url)
+
+
+def _mssql_parts(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "localhost",
+        "port": parts.port or 1433,
+        "user": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+        "database": unquote(parts.path.lstrip("/")),
+        "query": dict(parse_qsl(parts.query)),
+    }
+
+
+def _pymssql(url: str) -> Callable[[], Any]:
+    try:
+        import pymssql
+    except ImportError:
+        raise UnsupportedConnectionError(
+            "SQL Server over pymssql needs: pip install 'airflow-provider-sqlqueue[mssql]'") from None
+    p = _mssql_parts(url)
+    return _guard(lambda: pymssql.connect(server=p["host"], port=str(p["port"]), user=p["user"],
+                                          password=p["password"], database=p["database"] or None,
+                                          autocommit=False), url)
+
+
+def _pyodbc(url: str) -> Callable[[], Any]:
+    try:
+        import pyodbc
+    except ImportError:
+        raise UnsupportedConnectionError(
+            "SQL Server over pyodbc needs pyodbc and unixODBC (apt-get install unixodbc tdsodbc): "
+            "pip install 'airflow-provider-sqlqueue[odbc]'") from None
+    p = _mssql_parts(url)
+    driver = p["query"].pop("driver", "FreeTDS")
+    fields = {"DRIVER": "{" + driver + "}", "SERVER": p["host"], "PORT": str(p["port"]), "UID": p["user"],
+              "PWD": p["password"], "DATABASE": p["database"], **p["query"]}
+    conn_str = ";".join(f"{k}={v}" for k, v in fields.items() if v)
+    return _guard(lambda: pyodbc.connect(conn_str, autocommit=False), url)
+
+
+def paramstyle_of(url: str) -> str | None:
+    """The paramstyle of the driver a URL selects (pyodbc differs from pymssql)."""
+    return "qmark" if url.lower().startswith("mssql+pyodbc") else None

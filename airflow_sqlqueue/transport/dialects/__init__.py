@@ -1,0 +1,28 @@
+"""Dialects by name: ``mssql``, ``postgres``, ``sqlite``."""
+
+from __future__ import annotations
+
+from .base import Dialect, Finding, RawRow
+
+DIALECT_NAMES = ("mssql", "postgres", "sqlite")
+
+
+def get_dialect(name: str, paramstyle: str | None = None) -> Dialect:
+    """The dialect called ``name``; ``paramstyle`` overrides the driver default (pyodbc: ``qmark``)."""
+    key = {"postgresql": "postgres", "sqlserver": "mssql", "sqlite3": "sqlite"}.get(name, name)
+    if key == "postgres":
+        from .postgres import PostgresDialect
+
+        return PostgresDialect(paramstyle or "pyformat")
+    if key == "sqlite":
+        from .sqlite import SqliteDialect
+
+        return SqliteDialect(paramstyle or "named")
+    if key == "mssql":
+        from .mssql import MssqlDialect
+
+        return MssqlDialect(paramstyle or "pyformat")
+    raise ValueError(f"unknown dialect {name!r}; choose one of {', '.join(DIALECT_NAMES)}")
+
+
+__all__ = ["DIALECT_NAMES", "Dialect", "Finding", "RawRow", "get_dialect"]

@@ -1,0 +1,106 @@
+"""SQLite dialect (stdlib sqlite3): the embedded default for the quick start, demo and development."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import Any
+
+from ..address import QueueAddress, format_sqlite, parse_sqlite
+from .base import Dialect, Finding
+
+EXPECTED_COLUMNS = {"id": "TEXT", "expires": "TEXT", "headers": "TEXT", "body": "BLOB", "seq": "INTEGER"}
+
+
+class SqliteDialect(Dialect):
+    """SQLite: one writer at a time (``BEGIN IMMEDIATE``), seq is the rowid."""
+
+    name = "sqlite"
+    sql_file = "sqlite.sql"
+    queue_ddl = ("create_queue_table", "create_queue_expires_index")
+    single_writer = True
+
+    def __init__(self, paramstyle: str = "named") -> None:
+        super().__init__(paramstyle)
+
+    def parse_address(self, text: str | QueueAddress) -> QueueAddress:
+        if isinstance(text, QueueAddress):
+            text = text.table
+        return parse_sqlite(text)
+
+    def format_address(self, address: QueueAddress) -> str:
+        return format_sqlite(address)
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def qualified(self, address: QueueAddress) -> str:
+        return self.quote(address.table)
+
+    def configure(self, connection: Any) -> None:
+        # Transactions are started explicitly (BEGIN IMMEDIATE) so that a receive holds the write lock
+        # from its first statement; WAL lets peeks and reads run beside a writer.
+        connection.isolation_level = None
+        cur = connection.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.close()
+
+    def begin(self, cursor: Any) -> None:
+        cursor.execute("BEGIN IMMEDIATE")
+
+    def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
+        ids = self.identifiers(address)
+        with self.transaction(connection) as cur:
+            for name in self.queue_ddl + (self.delayed_ddl if delayed else ()):
+                self.execute(cur, name, None, **ids)
+
+    def move_due_delayed(self, cursor: Any, address: QueueAddress, batch_size: int) -> int:
+        ids = self.identifiers(address)
+        due = self.execute(cursor, "select_due_delayed", {"batch_size": batch_size}, **ids).fetchall()
+        delayed_ids = {**ids, "queue": ids["delayed"]}
+        for seq, headers, body in due:
+            self.execute(cursor, "insert_raw", {"id": str(uuid.uuid4()), "headers": headers, "body": body}, **ids)
+            self.execute(cursor, "delete_by_seq", {"seq": seq}, **delayed_ids)
+        return len(due)
+
+    def table_exists(self, cursor: Any, address: QueueAddress) -> bool:
+        return bool(self.scalar(cursor, "table_exists", {"table_name": address.table}))
+
+    def discover(self, cursor: Any) -> list[QueueAddress]:
+        return [QueueAddress(row[0]) for row in self.execute(cursor, "discover_queues").fetchall()]
+
+    def check(self, cursor: Any, address: QueueAddress) -> list[Finding]:
+        queue = self.format_address(address)
+        findings: list[Finding] = []
+        columns = {row[0]: (row[1].upper(), row[3]) for row in
+                   self.execute(cursor, "list_columns", {"table_name": address.table})}
+        for column, expected in EXPECTED_COLUMNS.items():
+            actual = columns.get(column)
+            if actual is None:
+                findings.append(Finding(queue, "missing_column", f"column {column} ({expected}) is missing"))
+            elif actual[0] != expected:
+                findings.append(Finding(queue, "wrong_column_type",
+                                        f"column {column} is {actual[0]}, expected {expected}"))
+        if "seq" in columns and not columns["seq"][1]:
+            findings.append(Finding(queue, "missing_seq_index",
+                                    "seq is not the INTEGER PRIMARY KEY: receives scan the table; recreate "
+                                    "the queue and copy its rows"))
+        first = {row[1] for row in self.execute(cursor, "list_indexes", {"table_name": address.table})}
+        if "expires" not in first:
+            findings.append(Finding(queue, "missing_expires_index",
+                                    "no index on expires: purging expired messages scans the table",
+                                    ("create_queue_expires_index",)))
+        return findings
+
+    def id_param(self, value: uuid.UUID) -> Any:
+        return str(value)
+
+    def is_deadlock(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
+
+    def is_connection_lost(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc)

@@ -1,0 +1,118 @@
+"""Return failed messages from the error queue to the queue named by their ``NServiceBus.FailedQ``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import headers as h
+from .address import QueueAddress
+from .errors import InvalidAddressError
+from .headers import PoisonHeadersError, parse_headers
+from .messages import ReceivedMessage
+
+if TYPE_CHECKING:
+    from .transport import SqlQueueTransport
+
+log = logging.getLogger(__name__)
+BATCH = 500
+
+
+@dataclass
+class RetrySummary:
+    """What a retry run did: messages returned per queue, and those left in the error queue and why."""
+
+    returned: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+    left: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def total_returned(self) -> int:
+        return sum(self.returned.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_returned": self.total_returned}
+
+
+def restored_headers(raw: str | None) -> str | None:
+    """Headers to send back: failure headers removed; a poison row gets its original text back."""
+    parsed = parse_headers(raw)
+    if h.RAW_HEADERS in parsed:
+        return parsed[h.RAW_HEADERS]
+    for name in h.FAILURE_HEADERS:
+        parsed.pop(name, None)
+    return h.serialize_headers(parsed)
+
+
+def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
+                 select: Callable[[ReceivedMessage], bool] | None, max_messages: int | None) -> RetrySummary:
+    """Walk the error queue oldest first; return each selected message to its FailedQ (same Id and body).
+
+    Each batch is one transaction: the copy into the source queue and the delete commit together. Messages
+    without a FailedQ, with a FailedQ that does not parse or whose queue does not exist stay, and are listed.
+    """
+    dialect = transport.dialect
+    summary = RetrySummary()
+    after = 0
+    error_name = dialect.format_address(error_queue)
+    known: dict[QueueAddress, bool] = {}
+
+    def batch(cur: Any) -> tuple[int, int, RetrySummary]:
+        part = RetrySummary()
+        last = after
+        rows = dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": BATCH},
+                               **dialect.identifiers(error_queue)).fetchall()
+        rows = sorted((dialect.to_raw_row(r) for r in rows), key=lambda r: r.seq)
+        for row in rows:
+            if max_messages is not None and summary.total_returned + part.total_returned >= max_messages:
+                break
+            last = row.seq
+            reason = _return_one(transport, cur, error_queue, row, select, known, part)
+            if reason:
+                part.left.append({"id": str(row.id), "reason": reason})
+        return len(rows), last, part
+
+    while True:
+        taken, after, part = transport.run(batch, what=f"retry errors from {error_name!r}")
+        for queue, count in part.returned.items():
+            summary.returned[queue] = summary.returned.get(queue, 0) + count
+        summary.skipped += part.skipped
+        summary.left.extend(part.left)
+        if taken < BATCH or (max_messages is not None and summary.total_returned >= max_messages):
+            break
+    log.info("returned %d messages from %s: %s", summary.total_returned, error_name, summary.returned)
+    return summary
+
+
+def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any,
+                select: Callable[[ReceivedMessage], bool] | None, known: dict[QueueAddress, bool],
+                part: RetrySummary) -> str | None:
+    """Move one row back to its FailedQ; return why it stays, or None."""
+    dialect = transport.dialect
+    try:
+        parsed = parse_headers(row.headers)
+    except PoisonHeadersError:
+        return "headers are not a JSON object"
+    message = ReceivedMessage(row.id, parsed, row.body, row.seq, dialect.format_address(error_queue))
+    if select is not None and not select(message):
+        part.skipped += 1
+        return None
+    target_text = parsed.get(h.FAILED_Q)
+    if not target_text:
+        return f"no {h.FAILED_Q} header"
+    try:
+        target = transport.address(target_text)
+    except InvalidAddressError as exc:
+        return f"bad {h.FAILED_Q}: {exc}"
+    if target not in known:
+        known[target] = dialect.table_exists(cur, target)
+    if not known[target]:
+        return f"queue {target_text} does not exist"
+    dialect.execute(cur, "insert_raw", {"id": dialect.id_param(row.id), "headers": restored_headers(row.headers),
+                                        "body": row.body}, **dialect.identifiers(target))
+    dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **dialect.identifiers(error_queue))
+    key = dialect.format_address(target)
+    part.returned[key] = part.returned.get(key, 0) + 1
+    return None

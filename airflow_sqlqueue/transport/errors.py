@@ -1,0 +1,35 @@
+"""Exceptions raised by the transport. Every message says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class SqlQueueError(Exception):
+    """Base class of every error raised by airflow_sqlqueue."""
+
+
+class InvalidAddressError(SqlQueueError, ValueError):
+    """A queue address breaks a naming rule of its dialect."""
+
+
+class InvalidMessageError(SqlQueueError, ValueError):
+    """A message to send is malformed (headers, TTBR/delay, body type)."""
+
+
+class UnsupportedConnectionError(SqlQueueError, ValueError):
+    """A connection URL or connection type that the transport cannot use."""
+
+
+class QueueNotFoundError(SqlQueueError):
+    """The queue table (or its schema) does not exist."""
+
+
+class PermissionDeniedError(SqlQueueError):
+    """The database user lacks a right the operation needs."""
+
+
+class CrossDatabaseTransactionError(SqlQueueError):
+    """TRANSACTION_SCOPE work that would span two databases (no distributed transactions in Python)."""
+
+
+class CircuitBreakerOpenError(SqlQueueError):
+    """Receiving kept failing for longer than the circuit breaker allows."""

@@ -1,0 +1,85 @@
+"""NServiceBus header serialization, byte for byte as upstream writes it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+
+from .errors import InvalidMessageError
+
+MESSAGE_ID = "NServiceBus.MessageId"
+ENCLOSED_MESSAGE_TYPES = "NServiceBus.EnclosedMessageTypes"
+CONTENT_TYPE = "NServiceBus.ContentType"
+CORRELATION_ID = "NServiceBus.CorrelationId"
+REPLY_TO_ADDRESS = "NServiceBus.ReplyToAddress"
+CONVERSATION_ID = "NServiceBus.ConversationId"
+ORIGINATING_ENDPOINT = "NServiceBus.OriginatingEndpoint"
+TIME_SENT = "NServiceBus.TimeSent"
+MESSAGE_INTENT = "NServiceBus.MessageIntent"
+TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
+FAILED_Q = "NServiceBus.FailedQ"
+TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
+EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
+EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
+EXCEPTION_SOURCE = "NServiceBus.ExceptionInfo.Source"
+EXCEPTION_STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
+FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
+#: Kept on a poison row moved to the error queue: the original, unparseable Headers text.
+RAW_HEADERS = "airflow_sqlqueue.RawHeaders"
+FAILURE_HEADERS = (FAILED_Q, TIME_OF_FAILURE, EXCEPTION_TYPE, EXCEPTION_MESSAGE, EXCEPTION_SOURCE,
+                   EXCEPTION_STACK_TRACE, RAW_HEADERS)
+
+#: Largest serialized headers accepted on send (nvarchar(max) holds more, but nothing sane needs it).
+MAX_HEADERS_CHARS = 1_000_000
+
+
+class PoisonHeadersError(ValueError):
+    """Stored Headers text that is not a JSON object of strings."""
+
+
+def serialize_headers(headers: Mapping[str, str | None]) -> str:
+    """Serialize headers as upstream does: compact JSON object, ``/`` as ``\\/``, non-ASCII unescaped."""
+    if not isinstance(headers, Mapping):
+        raise InvalidMessageError(
+            f"headers must be a mapping of str to str, got {type(headers).__name__}; pass a dict")
+    for key, value in headers.items():
+        if not isinstance(key, str):
+            raise InvalidMessageError(f"header names must be str, got {key!r}; convert the name to text")
+        if value is not None and not isinstance(value, str):
+            raise InvalidMessageError(
+                f"header {key!r} has a {type(value).__name__} value; header values must be str or None "
+                "(NServiceBus reads headers as a string dictionary): convert it with str() or json.dumps()")
+    text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
+    if len(text) > MAX_HEADERS_CHARS:
+        raise InvalidMessageError(
+            f"serialized headers are {len(text)} characters, over the limit of {MAX_HEADERS_CHARS}; "
+            "move large data into the body")
+    return text
+
+
+def parse_headers(text: str | None) -> dict[str, str | None]:
+    """Parse stored Headers; NULL or empty reads as ``{}``. Raise PoisonHeadersError if not a string map."""
+    if text is None or text.strip() == "":
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise PoisonHeadersError(f"Headers are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise PoisonHeadersError(f"Headers are JSON {type(value).__name__}, not an object")
+    for key, item in value.items():
+        if item is not None and not isinstance(item, str):
+            raise PoisonHeadersError(f"Header {key!r} is JSON {type(item).__name__}, not a string")
+    return value
+
+
+def format_wire_time(moment: datetime | None = None) -> str:
+    """Format a timestamp as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC."""
+    moment = (moment or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S:%f Z")
+
+
+def parse_wire_time(text: str) -> datetime:
+    """Parse an NServiceBus timestamp (``yyyy-MM-dd HH:mm:ss:ffffff Z``) into an aware UTC datetime."""
+    return datetime.strptime(text.strip(), "%Y-%m-%d %H:%M:%S:%f Z").replace(tzinfo=timezone.utc)

@@ -1,0 +1,318 @@
+"""The handler loop: receive, run the handler per message in the mode's transactions, retry, error queue."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .address import QueueAddress
+from .circuit_breaker import CircuitBreaker
+from .dialects import RawRow
+from .errors import CrossDatabaseTransactionError, SqlQueueError
+from .failures import FailureInfoStorage
+from .messages import OutgoingMessage
+from .modes import TransactionMode
+
+if TYPE_CHECKING:
+    from .transport import ReceiveStats, SqlQueueTransport
+
+log = logging.getLogger(__name__)
+DEADLOCK_RETRIES = 5
+
+
+@dataclass
+class ProcessSummary:
+    """Counts of one processing run.
+
+    ``received`` rows taken; ``succeeded`` handled; ``failed`` moved to the error queue after retries;
+    ``lost`` failed in mode NONE (at-most-once); ``retries`` failed attempts that were retried;
+    ``expired`` dropped; ``poison`` moved to the error queue; ``forwarded`` delayed messages passed on.
+    """
+
+    received: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    lost: int = 0
+    retries: int = 0
+    expired: int = 0
+    poison: int = 0
+    forwarded: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (for XCom and ``--json``)."""
+        return asdict(self)
+
+    def add(self, other: ProcessSummary) -> None:
+        for key, value in asdict(other).items():
+            if key != "seconds":
+                setattr(self, key, getattr(self, key) + value)
+
+    @property
+    def finished(self) -> int:
+        """Rows that left the queue for good (handled, moved, dropped or lost)."""
+        return self.succeeded + self.failed + self.lost + self.expired + self.poison + self.forwarded
+
+
+class HandlerContext:
+    """What a handler gets besides the message: sends in the mode's transaction, and the connection.
+
+    ``send`` follows the mode: its own short transaction (NONE, RECEIVE_ONLY) or the receive transaction
+    (SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE). ``connection``/``cursor`` are the receive transaction's,
+    available in TRANSACTION_SCOPE only: SQL run on them commits or rolls back with the receive.
+    """
+
+    def __init__(self, transport: SqlQueueTransport, mode: TransactionMode, connection: Any, cursor: Any) -> None:
+        self.transport = transport
+        self.mode = mode
+        self._connection = connection
+        self._cursor = cursor
+        #: RECEIVE_ONLY on a single-writer database (SQLite): sends wait here until the message's savepoint
+        #: is closed, then are written outside it, so they survive a handler failure as upstream's do.
+        self.deferred: list[tuple[str, list[OutgoingMessage | bytes | str], dict[str, Any]]] = []
+
+    def send(self, queue: str, message: OutgoingMessage | bytes | str, **kwargs: Any) -> Any:
+        """Send a message with the mode's atomicity."""
+        return self.send_many(queue, [message], **kwargs)
+
+    def send_many(self, queue: str, messages: list[OutgoingMessage | bytes | str], **kwargs: Any) -> Any:
+        """Send messages with the mode's atomicity."""
+        if self.mode.atomic_sends:
+            self._same_database(queue)
+            return self.transport.send_many(queue, messages, cursor=self._cursor, **kwargs)
+        if self._cursor is not None and self.transport.dialect.single_writer:
+            self.deferred.append((queue, list(messages), kwargs))
+            return []
+        return self.transport.send_many(queue, messages, **kwargs)
+
+    def flush_deferred(self) -> None:
+        """Write sends deferred on a single-writer database (outside the message's savepoint)."""
+        deferred, self.deferred = self.deferred, []
+        for queue, messages, kwargs in deferred:
+            self.transport.send_many(queue, messages, cursor=self._cursor, **kwargs)
+
+    @property
+    def connection(self) -> Any:
+        """The receive transaction's connection (TRANSACTION_SCOPE only). Never commit or roll it back."""
+        self._require_scope("connection")
+        return self._connection
+
+    @property
+    def cursor(self) -> Any:
+        """A cursor in the receive transaction (TRANSACTION_SCOPE only)."""
+        self._require_scope("cursor")
+        return self._cursor
+
+    def enlist(self, connection: Any) -> Any:
+        """Refuse a second connection in TRANSACTION_SCOPE: Python has no distributed transactions."""
+        self._require_scope("enlist")
+        if connection is not self._connection:
+            raise CrossDatabaseTransactionError(
+                "TRANSACTION_SCOPE cannot enlist another connection: without a distributed transaction "
+                "coordinator its work could commit while the receive rolls back. Use context.connection "
+                "(same database), or use an outbox table on this database and move it afterwards")
+        return connection
+
+    def _require_scope(self, what: str) -> None:
+        if self.mode is not TransactionMode.TRANSACTION_SCOPE:
+            raise SqlQueueError(f"context.{what} is only available in TRANSACTION_SCOPE (mode is "
+                                f"{self.mode.value}); choose mode='transaction-scope' to join the handler's "
+                                "SQL to the receive transaction")
+
+    def _same_database(self, queue: str) -> None:
+        catalog = self.transport.address(queue).catalog
+        own = self.transport.error_queue.catalog
+        if catalog is not None and catalog != own and self.mode is TransactionMode.TRANSACTION_SCOPE:
+            raise CrossDatabaseTransactionError(
+                f"queue {queue!r} is in catalog {catalog!r}, another database than the receive transaction's; "
+                "TRANSACTION_SCOPE cannot span databases")
+
+
+class MessagePump:
+    """Receives from one queue with ``concurrency`` threads and processes each message with ``handler``."""
+
+    def __init__(self, transport: SqlQueueTransport, address: QueueAddress, handler: Callable[..., Any],
+                 mode: TransactionMode, *, batch_size: int = 100, concurrency: int = 1,
+                 immediate_retries: int = 5, failures: FailureInfoStorage | None = None,
+                 breaker: CircuitBreaker | None = None) -> None:
+        for value, what in ((batch_size, "batch_size"), (concurrency, "concurrency")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{what} must be a positive integer, got {value!r}")
+        if isinstance(immediate_retries, bool) or not isinstance(immediate_retries, int) or immediate_retries < 0:
+            raise ValueError(f"immediate_retries must be 0 or more, got {immediate_retries!r}")
+        self.transport = transport
+        self.dialect = transport.dialect
+        self.address = address
+        self.handler = handler
+        self.mode = mode
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.immediate_retries = immediate_retries
+        self.failures = failures or FailureInfoStorage()
+        self.breaker = breaker or CircuitBreaker(self.dialect.format_address(address))
+        self._lock = threading.Lock()
+        self._ids = self.dialect.identifiers(address)
+
+    def run(self, *, max_messages: int | None = None, max_duration: float | None = None,
+            stop_when_empty: bool = True) -> ProcessSummary:
+        """Process until ``max_messages`` rows are finished, ``max_duration`` passes, or the queue is empty."""
+        total = ProcessSummary()
+        started = time.monotonic()
+        deadline = None if max_duration is None else started + max_duration
+        state = {"reserved": 0, "stop": False}
+        errors: list[BaseException] = []
+
+        def reserve() -> int:
+            with self._lock:
+                if state["stop"] or (deadline is not None and time.monotonic() >= deadline):
+                    return 0
+                if max_messages is None:
+                    return self.batch_size
+                room = max_messages - total.finished - state["reserved"]
+                n = max(0, min(self.batch_size, room))
+                state["reserved"] += n
+                return n
+
+        def worker() -> None:
+            deadlocks = 0
+            try:
+                while True:
+                    n = reserve()
+                    if n == 0:
+                        return
+                    part = ProcessSummary()
+                    try:
+                        self._one_batch(n, part)
+                        self.breaker.success()
+                        deadlocks = 0
+                    except Exception as exc:
+                        if not (self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc)):
+                            raise
+                        if self.dialect.is_deadlock(exc):
+                            deadlocks += 1
+                            if deadlocks > DEADLOCK_RETRIES:
+                                raise
+                            log.warning("deadlock while receiving from %s; retrying", self.dialect.format_address(
+                                self.address))
+                        else:
+                            time.sleep(self.breaker.failure(exc))
+                    finally:
+                        with self._lock:
+                            state["reserved"] -= n
+                            total.add(part)
+                    if part.received == 0 and stop_when_empty:
+                        with self._lock:
+                            state["stop"] = True
+                        return
+            except BaseException as exc:  # surfaced to the caller after the other workers stop
+                with self._lock:
+                    state["stop"] = True
+                errors.append(exc)
+
+        if self.concurrency == 1:
+            worker()
+        else:
+            threads = [threading.Thread(target=worker, name=f"sqlqueue-receiver-{i}", daemon=True)
+                       for i in range(self.concurrency)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        total.seconds = time.monotonic() - started
+        if errors:
+            raise errors[0]
+        return total
+
+    # -- one transaction ---------------------------------------------------------------------------
+    def _one_batch(self, n: int, part: ProcessSummary) -> None:
+        if self.mode is TransactionMode.NONE:
+            self._batch_without_transaction(n, part)
+        else:
+            self._batch_in_transaction(n, part)
+
+    def _batch_without_transaction(self, n: int, part: ProcessSummary) -> None:
+        """NONE: the delete commits first; a handler failure loses the message."""
+        from .transport import ReceiveStats
+
+        stats = ReceiveStats()
+        with self.transport.connections.connection() as conn:
+            with self.dialect.transaction(conn) as cur:
+                rows = self.transport.take(cur, self.address, n)
+                messages = [m for m in (self.transport.classify(cur, self.address, r, stats) for r in rows) if m]
+            part.received += len(rows)
+            _add_stats(part, stats)
+            context = HandlerContext(self.transport, self.mode, conn, None)
+            for message in messages:
+                try:
+                    self.handler(message, context)
+                    part.succeeded += 1
+                except Exception:
+                    part.lost += 1
+                    log.exception("handler failed for message %s in mode NONE: the message is lost",
+                                  message.message_id)
+
+    def _batch_in_transaction(self, n: int, part: ProcessSummary) -> None:
+        """RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE: each message in a savepoint."""
+        from .transport import ReceiveStats
+
+        stats = ReceiveStats()
+        counted = ProcessSummary()
+        finished: list[RawRow] = []
+        with self.transport.connections.connection() as conn:
+            with self.dialect.transaction(conn) as cur:
+                rows = self.transport.take(cur, self.address, n, lock_only=True)
+                counted.received = len(rows)
+                context = HandlerContext(self.transport, self.mode, conn, cur)
+                for index, row in enumerate(rows):
+                    if self._one_row(cur, context, row, index, stats, counted):
+                        finished.append(row)
+        # committed: only now do the counts and failure bookkeeping become true
+        for row in finished:
+            self.failures.clear(row.id)
+        _add_stats(counted, stats)
+        part.add(counted)
+
+    def _one_row(self, cur: Any, context: HandlerContext, row: RawRow, index: int, stats: ReceiveStats,
+                 counted: ProcessSummary) -> bool:
+        """Process one locked row inside a savepoint; return True when it left the queue."""
+        savepoint = self.dialect.quote(f"sqlqueue_{index}")
+        self.dialect.execute(cur, "savepoint", None, savepoint=savepoint)
+        self.dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **self._ids)
+        message = self.transport.classify(cur, self.address, row, stats)
+        left = True
+        if message is None:
+            pass  # expired, poison or forwarded: already dropped or moved
+        elif (info := self.failures.get(row.id)) is not None and info.attempts > self.immediate_retries:
+            self.transport.move_to_error(cur, self.address, row, info.exception)
+            counted.failed += 1
+        else:
+            try:
+                self.handler(message, context)
+                counted.succeeded += 1
+            except Exception as exc:
+                if self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc):
+                    raise
+                # undo the delete and everything the handler did in this transaction
+                self.dialect.execute(cur, "rollback_to_savepoint", None, savepoint=savepoint)
+                attempts = self.failures.record(row.id, exc)
+                log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
+                            attempts, self.immediate_retries + 1, exc)
+                if attempts > self.immediate_retries:
+                    self.transport.move_to_error(cur, self.address, row, exc, delete=True)
+                    counted.failed += 1
+                else:
+                    counted.retries += 1
+                    left = False  # the row returns to the head of the queue at commit
+        self.dialect.execute(cur, "release_savepoint", None, savepoint=savepoint)
+        context.flush_deferred()
+        return left
+
+
+def _add_stats(summary: ProcessSummary, stats: ReceiveStats) -> None:
+    summary.expired += stats.expired
+    summary.poison += stats.poison
+    summary.forwarded += stats.forwarded
