@@ -95,7 +95,7 @@ def parse_mssql(text: str) -> QueueAddress:
             f"address {text!r} has {len(parts)} parts; the form is table@[schema]@[catalog] and '@' is not "
             "allowed in a table name")
     names = ["table name", "schema", "catalog"]
-    for part, what in zip(parts, names):
+    for part, what in zip(parts, names, strict=False):
         _check_common(part, what, text)
         if len(part) > MSSQL_MAX_IDENTIFIER:
             raise InvalidAddressError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -368,7 +368,7 @@ def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, 
         address = dialect.parse_address(queue)
         parts.append(f"-- queue {dialect.format_address(address)}")
         names = dialect.queue_ddl + (dialect.delayed_ddl if delayed else ())
-        for name, sql in zip(names, dialect.ddl(address, delayed)):
+        for name, sql in zip(names, dialect.ddl(address, delayed), strict=True):
             parts.append(f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};")
     return "\n\n".join(parts) + "\n"
 
@@ -381,8 +381,3 @@ def _check_count(value: int, what: str) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def outgoing(body: bytes | str | None = b"", headers: Mapping[str, str | None] | None = None, **kw: Any) -> OutgoingMessage:
-    """Shorthand for OutgoingMessage(body, headers, ...)."""
-    return OutgoingMessage(body=body, headers=dict(headers or {}), **kw)
