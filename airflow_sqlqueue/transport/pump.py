@@ -71,29 +71,53 @@ class HandlerContext:
         self.mode = mode
         self._connection = connection
         self._cursor = cursor
-        #: RECEIVE_ONLY on a single-writer database (SQLite): sends wait here until the message's savepoint
-        #: is closed, then are written outside it, so they survive a handler failure as upstream's do.
-        self.deferred: list[tuple[str, list[OutgoingMessage | bytes | str], dict[str, Any]]] = []
+        #: Sends of the message being handled that wait for its outcome: SENDS_ATOMIC_WITH_RECEIVE keeps them
+        #: only if the handler succeeds; RECEIVE_ONLY on a single-writer database (SQLite) writes them either
+        #: way, in the receive transaction, because a second connection cannot write while it is open.
+        self._pending: list[tuple[str, list[OutgoingMessage], dict[str, Any]]] = []
+        #: Accepted sends of the batch, written in the receive transaction just before it commits.
+        self._outbox: list[tuple[str, list[OutgoingMessage], dict[str, Any]]] = []
 
-    def send(self, queue: str, message: OutgoingMessage | bytes | str, **kwargs: Any) -> Any:
+    def send(self, queue: str, message: OutgoingMessage | bytes | str, **kwargs: Any) -> None:
         """Send a message with the mode's atomicity."""
-        return self.send_many(queue, [message], **kwargs)
+        self.send_many(queue, [message], **kwargs)
 
-    def send_many(self, queue: str, messages: list[OutgoingMessage | bytes | str], **kwargs: Any) -> Any:
-        """Send messages with the mode's atomicity."""
+    def send_many(self, queue: str, messages: list[OutgoingMessage | bytes | str], **kwargs: Any) -> None:
+        """Send messages with the mode's atomicity (checked now, written as the mode says)."""
+        batch = [m if isinstance(m, OutgoingMessage) else OutgoingMessage(body=m) for m in messages]
+        for message in batch:
+            message.validated()
+        self.transport.address(queue)
         if self.mode.atomic_sends:
             self._same_database(queue)
-            return self.transport.send_many(queue, messages, cursor=self._cursor, **kwargs)
-        if self._cursor is not None and self.transport.dialect.single_writer:
-            self.deferred.append((queue, list(messages), kwargs))
-            return []
-        return self.transport.send_many(queue, messages, **kwargs)
+        if self._cursor is None:  # NONE: the receive has committed already
+            self.transport.send_many(queue, batch, **kwargs)
+        elif self.mode is TransactionMode.TRANSACTION_SCOPE:
+            self.transport.send_many(queue, batch, cursor=self._cursor, **kwargs)
+        elif self.mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE or self.transport.dialect.single_writer:
+            self._pending.append((queue, batch, kwargs))
+        else:  # RECEIVE_ONLY: committed at once on another connection (ghost sends possible)
+            self.transport.send_many(queue, batch, **kwargs)
 
-    def flush_deferred(self) -> None:
-        """Write sends deferred on a single-writer database (outside the message's savepoint)."""
-        deferred, self.deferred = self.deferred, []
-        for queue, messages, kwargs in deferred:
-            self.transport.send_many(queue, messages, cursor=self._cursor, **kwargs)
+    def message_done(self, succeeded: bool) -> None:
+        """Settle the sends of the message just handled."""
+        pending, self._pending = self._pending, []
+        if self.mode is TransactionMode.RECEIVE_ONLY:
+            self._write(pending)
+        elif succeeded:
+            self._outbox.extend(pending)
+
+    def write_outbox(self) -> None:
+        """Write the batch's accepted sends (one statement per destination) in the receive transaction."""
+        outbox, self._outbox = self._outbox, []
+        self._write(outbox)
+
+    def _write(self, sends: list[tuple[str, list[OutgoingMessage], dict[str, Any]]]) -> None:
+        grouped: dict[tuple[str, tuple], list[OutgoingMessage]] = {}
+        for queue, batch, kwargs in sends:
+            grouped.setdefault((queue, tuple(sorted(kwargs.items()))), []).extend(batch)
+        for (queue, kwargs), batch in grouped.items():
+            self.transport.send_many(queue, batch, cursor=self._cursor, **dict(kwargs))
 
     @property
     def connection(self) -> Any:
@@ -256,7 +280,7 @@ class MessagePump:
                                   message.message_id)
 
     def _batch_in_transaction(self, n: int, part: ProcessSummary) -> None:
-        """RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE: each message in a savepoint."""
+        """RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE: lock a batch, handle, delete, commit."""
         from .transport import ReceiveStats
 
         stats = ReceiveStats()
@@ -270,6 +294,9 @@ class MessagePump:
                 for index, row in enumerate(rows):
                     if self._one_row(cur, context, row, index, stats, counted):
                         finished.append(row)
+                context.write_outbox()
+                if finished:
+                    self.dialect.delete_seqs(cur, self.address, [row.seq for row in finished])
         # committed: only now do the counts and failure bookkeeping become true
         for row in finished:
             self.failures.clear(row.id)
@@ -278,38 +305,42 @@ class MessagePump:
 
     def _one_row(self, cur: Any, context: HandlerContext, row: RawRow, index: int, stats: ReceiveStats,
                  counted: ProcessSummary) -> bool:
-        """Process one locked row inside a savepoint; return True when it left the queue."""
-        savepoint = self.dialect.quote(f"sqlqueue_{index}")
-        self.dialect.execute(cur, "savepoint", None, savepoint=savepoint)
-        self.dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **self._ids)
+        """Handle one locked row; return True when it leaves the queue (deleted with the batch)."""
         message = self.transport.classify(cur, self.address, row, stats)
-        left = True
         if message is None:
-            pass  # expired, poison or forwarded: already dropped or moved
-        elif (info := self.failures.get(row.id)) is not None and info.attempts > self.immediate_retries:
+            return True  # expired, poison or forwarded: dropped or moved already
+        info = self.failures.get(row.id)
+        if info is not None and info.attempts > self.immediate_retries:
             self.transport.move_to_error(cur, self.address, row, info.exception)
             counted.failed += 1
-        else:
-            try:
-                self.handler(message, context)
-                counted.succeeded += 1
-            except Exception as exc:
-                if self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc):
-                    raise
-                # undo the delete and everything the handler did in this transaction
+            return True
+        scoped = self.mode is TransactionMode.TRANSACTION_SCOPE
+        savepoint = self.dialect.quote(f"sqlqueue_{index}")
+        if scoped:  # the handler's own SQL must be undone on failure
+            self.dialect.execute(cur, "savepoint", None, savepoint=savepoint)
+        try:
+            self.handler(message, context)
+        except Exception as exc:
+            if self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc):
+                raise
+            if scoped:
                 self.dialect.execute(cur, "rollback_to_savepoint", None, savepoint=savepoint)
-                attempts = self.failures.record(row.id, exc)
-                log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
-                            attempts, self.immediate_retries + 1, exc)
-                if attempts > self.immediate_retries:
-                    self.transport.move_to_error(cur, self.address, row, exc, delete=True)
-                    counted.failed += 1
-                else:
-                    counted.retries += 1
-                    left = False  # the row returns to the head of the queue at commit
-        self.dialect.execute(cur, "release_savepoint", None, savepoint=savepoint)
-        context.flush_deferred()
-        return left
+                self.dialect.execute(cur, "release_savepoint", None, savepoint=savepoint)
+            context.message_done(succeeded=False)
+            attempts = self.failures.record(row.id, exc)
+            log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
+                        attempts, self.immediate_retries + 1, exc)
+            if attempts > self.immediate_retries:
+                self.transport.move_to_error(cur, self.address, row, exc)
+                counted.failed += 1
+                return True
+            counted.retries += 1
+            return False  # not deleted: back at the head of the queue when the batch commits
+        if scoped:
+            self.dialect.execute(cur, "release_savepoint", None, savepoint=savepoint)
+        context.message_done(succeeded=True)
+        counted.succeeded += 1
+        return True
 
 
 def _add_stats(summary: ProcessSummary, stats: ReceiveStats) -> None:

@@ -192,6 +192,14 @@ class Dialect:
         """Insert many messages (each a dict of id, headers, body, ttbr_ms). Default: executemany."""
         self.executemany(cursor, "send", rows, **self.identifiers(address))
 
+    def delete_seqs(self, cursor: Any, address: QueueAddress, seqs: list[int]) -> None:
+        """Delete the rows at these positions (rows this transaction holds) in one statement."""
+        self.execute(cursor, "delete_by_seqs", {"seqs": self.seq_list_param(seqs)}, **self.identifiers(address))
+
+    def seq_list_param(self, seqs: list[int]) -> Any:
+        """A list of positions as one parameter (a JSON array by default; PostgreSQL binds an array)."""
+        return "[" + ",".join(str(int(s)) for s in seqs) + "]"
+
     def move_due_delayed(self, cursor: Any, address: QueueAddress, batch_size: int) -> int:
         """Move due delayed messages of an endpoint into its input queue; return how many moved."""
         cursor = self.execute(cursor, "move_due_delayed", {"batch_size": batch_size}, **self.identifiers(address))

@@ -92,6 +92,9 @@ class PostgresDialect(Dialect):
         }
         self.execute(cursor, "send_many", params, **self.identifiers(address))
 
+    def seq_list_param(self, seqs: list[int]) -> Any:
+        return [int(s) for s in seqs]
+
     def table_exists(self, cursor: Any, address: QueueAddress) -> bool:
         return bool(self.scalar(cursor, "table_exists", {
             "schema_name": address.schema or self.default_schema, "table_name": address.table}))

@@ -101,6 +101,10 @@ FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 -- Delete one locked row.
 DELETE FROM {queue} WHERE seq = %(seq)s
 
+-- delete_by_seqs --
+-- Delete the locked rows a batch finished with, in one statement (%(seqs)s is an integer array).
+DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
+
 -- peek --
 -- Depth estimate: newest minus oldest position + 1, skipping rows held by receivers (index-only, O(1)).
 SELECT COALESCE(
