@@ -1,7 +1,7 @@
 """Core transport for SQL queue tables (no Airflow import): usable from scripts, the CLI and tests."""
 
 from .address import QueueAddress
-from .dialects import Finding, get_dialect
+from .dialects import Finding, RawRow, get_dialect
 from .errors import (
     CircuitBreakerOpenError,
     CrossDatabaseTransactionError,
@@ -15,7 +15,7 @@ from .errors import (
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .pump import HandlerContext, ProcessSummary
-from .transport import SqlQueueTransport, ddl_script
+from .transport import ReceivedBatch, ReceiveStats, SqlQueueTransport, ddl_script
 
 __all__ = [
     "CircuitBreakerOpenError",
@@ -28,6 +28,9 @@ __all__ = [
     "PermissionDeniedError",
     "ProcessSummary",
     "QueueAddress",
+    "RawRow",
+    "ReceiveStats",
+    "ReceivedBatch",
     "QueueNotFoundError",
     "ReceivedMessage",
     "SqlQueueError",

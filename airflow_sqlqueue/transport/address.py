@@ -62,14 +62,16 @@ def parse_mssql(text: str) -> QueueAddress:
         raise InvalidAddressError(f"a queue address must be text, got {type(text).__name__}")
     if text == "":
         raise InvalidAddressError("the queue address is empty; give a table name such as 'orders'")
-    table, sep, rest = text.partition("@")
-    if "[" in table or "]" in table:
-        # A bracketed table part is accepted for symmetry: [my table]@[dbo]
-        if table.startswith("[") and table.endswith("]"):
-            name, end = _read_bracketed(table, 0, text)
-            if end != len(table):
-                raise InvalidAddressError(f"address {text!r}: unexpected text after ']' in the table name")
-            table = name
+    if text.startswith("["):
+        # a bracketed table part: [my table]@[dbo]
+        table, end = _read_bracketed(text, 0, text)
+        rest = text[end:]
+        if rest and not rest.startswith("@"):
+            raise InvalidAddressError(f"address {text!r}: unexpected text after ']' in the table name "
+                                      "(form: table@[schema]@[catalog])")
+        sep, rest = ("@", rest[1:]) if rest else ("", "")
+    else:
+        table, sep, rest = text.partition("@")
     parts = [table]
     pos = 0
     while sep:
@@ -94,6 +96,9 @@ def parse_mssql(text: str) -> QueueAddress:
         raise InvalidAddressError(
             f"address {text!r} has {len(parts)} parts; the form is table@[schema]@[catalog] and '@' is not "
             "allowed in a table name")
+    if "@" in parts[0]:
+        raise InvalidAddressError(f"table name in address {text!r} contains '@', which SQL Server queue addresses "
+                                  "do not allow in a table name")
     names = ["table name", "schema", "catalog"]
     for part, what in zip(parts, names, strict=False):
         _check_common(part, what, text)
@@ -104,9 +109,26 @@ def parse_mssql(text: str) -> QueueAddress:
     return QueueAddress(parts[0], parts[1] if len(parts) > 1 else None, parts[2] if len(parts) > 2 else None)
 
 
+def validate_mssql(address: QueueAddress) -> QueueAddress:
+    """Check an address object against the SQL Server rules (as parsing its text would)."""
+    if "@" in address.table:
+        raise InvalidAddressError(f"table name {address.table!r} contains '@', which SQL Server queue "
+                                  "addresses do not allow in a table name (form: table@[schema]@[catalog])")
+    for part, what in ((address.table, "table name"), (address.schema, "schema"), (address.catalog, "catalog")):
+        if part is None:
+            continue
+        _check_common(part, what, format_mssql(address))
+        if len(part) > MSSQL_MAX_IDENTIFIER:
+            raise InvalidAddressError(f"{what} {part[:20]!r}... is {len(part)} characters; SQL Server allows at "
+                                      f"most {MSSQL_MAX_IDENTIFIER}")
+    return address
+
+
 def format_mssql(address: QueueAddress) -> str:
     """Canonical text of an address: ``table``, ``table@[schema]`` or ``table@[schema]@[catalog]``."""
     text = address.table
+    if text.startswith("["):
+        text = "[" + text.replace("]", "]]") + "]"
     if address.schema is not None or address.catalog is not None:
         text += "@[" + (address.schema or "dbo").replace("]", "]]") + "]"
     if address.catalog is not None:

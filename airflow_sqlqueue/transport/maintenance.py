@@ -50,7 +50,7 @@ def check(transport: SqlQueueTransport, address: QueueAddress, repair: bool) -> 
             return [Finding(name, "missing_queue", f"queue table {name} does not exist")]
         return dialect.check(cur, address)
 
-    findings = transport.run(inspect, what=f"check {name!r}")
+    findings = transport.run(inspect, what=f"check {name!r}", read_only=True)
     if not repair or not any(f.repairable for f in findings):
         return findings
     ids = dialect.identifiers(address)
@@ -62,7 +62,7 @@ def check(transport: SqlQueueTransport, address: QueueAddress, repair: bool) -> 
             else:
                 transport.run(lambda cur, s=statement: dialect.execute(cur, s, None, **ids),
                               what=f"repair {finding.code} on {name!r}")
-    return transport.run(inspect, what=f"check {name!r}")
+    return transport.run(inspect, what=f"check {name!r}", read_only=True)
 
 
 def _vacuum(transport: SqlQueueTransport, address: QueueAddress) -> None:

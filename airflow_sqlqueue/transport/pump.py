@@ -95,6 +95,11 @@ class HandlerContext:
         elif self.mode is TransactionMode.TRANSACTION_SCOPE:
             self.transport.send_many(queue, batch, cursor=self._cursor, **kwargs)
         elif self.mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE or self.transport.dialect.single_writer:
+            # written later: find a missing destination now, so that only this message fails
+            self.transport.require_queue(self._cursor, queue)
+            if kwargs.get("endpoint") is not None or any(m.delay is not None for m in batch):
+                self.transport.require_queue(self._cursor, self.transport.dialect.delayed_address(
+                    self.transport.address(kwargs.get("endpoint") or queue)))
             self._pending.append((queue, batch, kwargs))
         else:  # RECEIVE_ONLY: committed at once on another connection (ghost sends possible)
             self.transport.send_many(queue, batch, **kwargs)
@@ -248,7 +253,12 @@ class MessagePump:
                 thread.join()
         total.seconds = time.monotonic() - started
         if errors:
-            raise errors[0]
+            error = errors[0]
+            if isinstance(error, Exception):
+                explained = self.transport.explain(error, f"process {self.dialect.format_address(self.address)!r}")
+                if explained is not error:
+                    raise explained from error
+            raise error
         return total
 
     # -- one transaction ---------------------------------------------------------------------------

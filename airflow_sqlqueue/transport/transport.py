@@ -58,6 +58,7 @@ class SqlQueueTransport:
         self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
         self.connections = ConnectionSource(connect, self.dialect)
         self.error_queue = self.address(error_queue)
+        self._existing: set[QueueAddress] = set()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SqlQueueTransport:
@@ -87,11 +88,14 @@ class SqlQueueTransport:
         return self.dialect.format_address(self.address(queue))
 
     # -- running statements ----------------------------------------------------------------------
-    def run(self, work: Callable[[Any], T], *, what: str = "") -> T:
-        """Run ``work(cursor)`` in one transaction; deadlocks are retried, missing tables explained."""
+    def run(self, work: Callable[[Any], T], *, what: str = "", read_only: bool = False) -> T:
+        """Run ``work(cursor)`` in one transaction; deadlocks are retried, missing tables explained.
+
+        ``read_only`` work (peek, browse, discovery, checks) does not wait for SQLite's write lock.
+        """
         for attempt in range(DEADLOCK_RETRIES + 1):
             try:
-                with self.connections.connection() as conn, self.dialect.transaction(conn) as cur:
+                with self.connections.connection() as conn, self.dialect.transaction(conn, read_only) as cur:
                     return work(cur)
             except Exception as exc:
                 if self.dialect.is_deadlock(exc) and attempt < DEADLOCK_RETRIES:
@@ -139,10 +143,20 @@ class SqlQueueTransport:
         """The DDL script that creates the queues, for a DBA to review (no connection used)."""
         return ddl_script(self.dialect, queues, delayed=delayed)
 
+    def require_queue(self, cursor: Any, queue: str | QueueAddress) -> QueueAddress:
+        """Raise QueueNotFoundError unless the queue exists (checked on ``cursor``; positive answers cached)."""
+        address = self.address(queue)
+        if address not in self._existing:
+            if not self.dialect.table_exists(cursor, address):
+                raise QueueNotFoundError(f"queue {self.name(address)!r} does not exist; create it with "
+                                         "`sqlqueue create` or SqlQueueTransport.create_queue()")
+            self._existing.add(address)
+        return address
+
     def exists(self, queue: str | QueueAddress) -> bool:
         """Whether the queue table exists."""
         address = self.address(queue)
-        return self.run(lambda cur: self.dialect.table_exists(cur, address), what="exists")
+        return self.run(lambda cur: self.dialect.table_exists(cur, address), what="exists", read_only=True)
 
     # -- send ------------------------------------------------------------------------------------
     def send(self, queue: str | QueueAddress, message: OutgoingMessage | bytes | str, *,
@@ -299,13 +313,13 @@ class SqlQueueTransport:
         """Depth estimate (cheap on any backlog; rows held by receivers at the head are not counted)."""
         address = self.address(queue)
         return int(self.run(lambda cur: self.dialect.scalar(cur, "peek", None, **self.dialect.identifiers(address))
-                            or 0, what=f"peek {self.name(address)!r}"))
+                            or 0, what=f"peek {self.name(address)!r}", read_only=True))
 
     def oldest_age(self, queue: str | QueueAddress) -> float | None:
         """Seconds since the oldest message was sent (from its TimeSent header), or None."""
         address = self.address(queue)
         text = self.run(lambda cur: self.dialect.scalar(cur, "head_headers", None, **self.dialect.identifiers(address)),
-                        what=f"age of {self.name(address)!r}")
+                        what=f"age of {self.name(address)!r}", read_only=True)
         try:
             sent = parse_headers(text).get(h.TIME_SENT) if text is not None else None
             return None if not sent else (datetime.now(timezone.utc) - h.parse_wire_time(sent)).total_seconds()
@@ -318,11 +332,12 @@ class SqlQueueTransport:
         _check_count(limit, "limit")
         return self.run(lambda cur: [self.dialect.to_raw_row(r) for r in self.dialect.execute(
             cur, "browse", {"after_seq": after_seq, "batch_size": limit}, **self.dialect.identifiers(address))],
-            what=f"browse {self.name(address)!r}")
+            what=f"browse {self.name(address)!r}", read_only=True)
 
     def discover(self) -> list[str]:
         """Every queue table in the database (by its column shape), as canonical addresses."""
-        return [self.dialect.format_address(a) for a in self.run(self.dialect.discover, what="discover queues")]
+        found = self.run(self.dialect.discover, what="discover queues", read_only=True)
+        return [self.dialect.format_address(a) for a in found]
 
     # -- maintenance -----------------------------------------------------------------------------
     def purge_expired(self, queue: str | QueueAddress, *, batch_size: int = DEFAULT_PURGE_BATCH,

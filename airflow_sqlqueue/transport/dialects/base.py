@@ -146,15 +146,18 @@ class Dialect:
     def configure(self, connection: Any) -> None:
         """Prepare a fresh connection (isolation level, autocommit off)."""
 
-    def begin(self, cursor: Any) -> None:
-        """Start a write transaction where the driver does not start one implicitly."""
+    def begin(self, cursor: Any, read_only: bool = False) -> None:
+        """Start a transaction where the driver does not start one implicitly."""
 
     @contextmanager
-    def transaction(self, connection: Any) -> Iterator[Any]:
-        """A cursor inside one transaction: commit on success, rollback on any error."""
+    def transaction(self, connection: Any, read_only: bool = False) -> Iterator[Any]:
+        """A cursor inside one transaction: commit on success, rollback on any error.
+
+        ``read_only`` lets a single-writer database (SQLite) read beside an open write transaction.
+        """
         cursor = connection.cursor()
         try:
-            self.begin(cursor)
+            self.begin(cursor, read_only)
             yield cursor
             connection.commit()
         except BaseException:

@@ -46,8 +46,8 @@ class SqliteDialect(Dialect):
         cur.execute("PRAGMA busy_timeout=60000")
         cur.close()
 
-    def begin(self, cursor: Any) -> None:
-        cursor.execute("BEGIN IMMEDIATE")
+    def begin(self, cursor: Any, read_only: bool = False) -> None:
+        cursor.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
         ids = self.identifiers(address)

@@ -1,0 +1,1 @@
+"""Operators for SQL queue tables."""

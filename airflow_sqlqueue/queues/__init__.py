@@ -1,0 +1,1 @@
+"""Queues of the SQL queue provider."""

@@ -1,0 +1,318 @@
+-- Every statement airflow-sqlqueue runs on SQL Server (wire-compatible with NServiceBus.Transport.SqlServer 9.x).
+-- %(name)s is a parameter (bound by the driver, never formatted in); {name} is an identifier quoted by the
+-- dialect: {queue} and {delayed} are [catalog].[schema].[table] names, {sys} is the sys schema of the
+-- queue's database ([catalog].sys, or sys). A literal % is written %% (the modulo operator).
+-- Needs SQL Server 2016 or later (OPENJSON; database compatibility level 130+).
+-- Sessions run READ COMMITTED (set_isolation): READPAST only skips locked rows under READ COMMITTED.
+
+-- set_isolation --
+-- Run once per connection: READPAST (receive, peek, purge) needs READ COMMITTED, whatever the server default.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED
+
+-- create_lock --
+-- Serialize concurrent creators of one table (same resource name as NServiceBus: '<table>_lock'; released at commit).
+EXEC sp_getapplock @Resource = %(lock_name)s, @LockMode = 'Exclusive', @LockOwner = 'Transaction'
+
+-- schema_exists --
+-- 1 when the schema exists (queues never create schemas implicitly).
+SELECT COUNT(*) FROM {sys}.schemas WHERE name = %(schema_name)s
+
+-- table_exists --
+-- 1 when the table exists (%(object_name)s is the bracket-quoted qualified name, passed as a value).
+SELECT COUNT(*) FROM {sys}.objects WHERE object_id = OBJECT_ID(%(object_name)s) AND type = 'U'
+
+-- column_exists --
+-- Whether a column exists (old queue tables lack Recoverable), and whether the table exists at all.
+SELECT CASE WHEN COL_LENGTH(%(object_name)s, %(column_name)s) IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN OBJECT_ID(%(object_name)s, 'U') IS NULL THEN 0 ELSE 1 END
+
+-- create_queue_table --
+-- The queue table: the exact shape NServiceBus.Transport.SqlServer creates (a heap, no primary key).
+CREATE TABLE {queue} (
+    Id uniqueidentifier NOT NULL,
+    CorrelationId varchar(255) NULL,
+    ReplyToAddress varchar(255) NULL,
+    Recoverable bit NOT NULL,
+    Expires datetime NULL,
+    Headers nvarchar(max) NOT NULL,
+    Body varbinary(max) NULL,
+    RowVersion bigint IDENTITY(1,1) NOT NULL
+);
+
+-- create_queue_seq_index --
+-- FIFO order index used by receive and peek (NONCLUSTERED: a clustered one causes latch contention).
+CREATE NONCLUSTERED INDEX {seq_index} ON {queue} (RowVersion);
+
+-- create_queue_expires_index --
+-- Filtered index used by purge of expired messages.
+CREATE NONCLUSTERED INDEX {expires_index} ON {queue} (Expires) INCLUDE (Id, RowVersion) WHERE Expires IS NOT NULL;
+
+-- create_delayed_table --
+-- The delayed-delivery store of an endpoint ("<endpoint>.Delayed").
+CREATE TABLE {delayed} (
+    Headers nvarchar(max) NOT NULL,
+    Body varbinary(max) NULL,
+    Due datetime NOT NULL,
+    RowVersion bigint IDENTITY(1,1) NOT NULL
+);
+
+-- create_delayed_due_index --
+-- Index used by the delayed-message mover.
+CREATE NONCLUSTERED INDEX {due_index} ON {delayed} (Due);
+
+-- send --
+-- Insert one message; Expires = UTC now + TTBR in ms (database clock; whole days added first so a TTBR over 24.8 days does not overflow DATEADD's int).
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+VALUES (
+    %(id)s,
+    NULL,
+    NULL,
+    1,
+    CASE WHEN %(ttbr_ms)s IS NULL THEN NULL
+         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) %% 86400000,
+                      DATEADD(day, CAST(%(ttbr_ms)s AS bigint) / 86400000, GETUTCDATE())) END,
+    %(headers)s,
+    CAST(%(body)s AS varbinary(max)))
+
+-- send_no_recoverable --
+-- send, for an old queue table without the Recoverable column.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Expires, Headers, Body)
+VALUES (
+    %(id)s,
+    NULL,
+    NULL,
+    CASE WHEN %(ttbr_ms)s IS NULL THEN NULL
+         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) %% 86400000,
+                      DATEADD(day, CAST(%(ttbr_ms)s AS bigint) / 86400000, GETUTCDATE())) END,
+    %(headers)s,
+    CAST(%(body)s AS varbinary(max)))
+
+-- send_many --
+-- Insert a batch in one statement and one round trip: %(rows)s is a JSON array of {"n", "id", "ttbr_ms", "headers", "body" (base64)}; RowVersion follows n.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+SELECT m.id,
+       NULL,
+       NULL,
+       1,
+       CASE WHEN m.ttbr_ms IS NULL THEN NULL
+            ELSE DATEADD(ms, m.ttbr_ms %% 86400000, DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+       m.headers,
+       CAST(N'' AS XML).value('xs:base64Binary(sql:column("m.body"))', 'varbinary(max)')
+FROM OPENJSON(CAST(%(rows)s AS nvarchar(max)))
+     WITH (n int '$.n', id uniqueidentifier '$.id', ttbr_ms bigint '$.ttbr_ms',
+           headers nvarchar(max) '$.headers', body varchar(max) '$.body') AS m
+ORDER BY m.n
+
+-- send_many_no_recoverable --
+-- send_many, for an old queue table without the Recoverable column.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Expires, Headers, Body)
+SELECT m.id,
+       NULL,
+       NULL,
+       CASE WHEN m.ttbr_ms IS NULL THEN NULL
+            ELSE DATEADD(ms, m.ttbr_ms %% 86400000, DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+       m.headers,
+       CAST(N'' AS XML).value('xs:base64Binary(sql:column("m.body"))', 'varbinary(max)')
+FROM OPENJSON(CAST(%(rows)s AS nvarchar(max)))
+     WITH (n int '$.n', id uniqueidentifier '$.id', ttbr_ms bigint '$.ttbr_ms',
+           headers nvarchar(max) '$.headers', body varchar(max) '$.body') AS m
+ORDER BY m.n
+
+-- insert_raw --
+-- Copy a row unchanged (same Id, no Expires): error queue moves and retries.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+VALUES (%(id)s, NULL, NULL, 1, NULL, %(headers)s, CAST(%(body)s AS varbinary(max)))
+
+-- insert_raw_no_recoverable --
+-- insert_raw, for an old queue table without the Recoverable column.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Expires, Headers, Body)
+VALUES (%(id)s, NULL, NULL, NULL, %(headers)s, CAST(%(body)s AS varbinary(max)))
+
+-- send_delayed --
+-- Store a message in the delayed table, due after %(delay_ms)s milliseconds (database clock, UTC).
+INSERT INTO {delayed} (Headers, Body, Due)
+VALUES (
+    %(headers)s,
+    CAST(%(body)s AS varbinary(max)),
+    DATEADD(ms, CAST(%(delay_ms)s AS bigint) %% 86400000,
+            DATEADD(day, CAST(%(delay_ms)s AS bigint) / 86400000, GETUTCDATE())))
+
+-- receive_batch --
+-- Delete up to %(batch_size)s of the oldest rows no other receiver holds, and return them (id, seq, expired, headers, body).
+WITH message AS (
+    SELECT TOP (%(batch_size)s) *
+    FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+    ORDER BY RowVersion)
+DELETE FROM message
+OUTPUT deleted.Id,
+       deleted.RowVersion,
+       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       deleted.Headers,
+       deleted.Body
+
+-- lock_batch --
+-- Lock (without deleting) up to %(batch_size)s of the oldest rows no other receiver holds; locks last until commit.
+SELECT TOP (%(batch_size)s)
+       Id,
+       RowVersion,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       Headers,
+       Body
+FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+ORDER BY RowVersion
+
+-- lock_after --
+-- Lock rows after a position, oldest first (walks a queue without taking rows others hold).
+SELECT TOP (%(batch_size)s)
+       Id,
+       RowVersion,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       Headers,
+       Body
+FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE RowVersion > %(after_seq)s
+ORDER BY RowVersion
+
+-- browse --
+-- Read rows after a position without deleting them (READPAST: rows in flight are skipped, not waited for).
+SELECT TOP (%(batch_size)s)
+       Id,
+       RowVersion,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       Headers,
+       Body
+FROM {queue} WITH (READPAST)
+WHERE RowVersion > %(after_seq)s
+ORDER BY RowVersion
+
+-- delete_by_seq --
+-- Delete one locked row.
+DELETE FROM {queue} WHERE RowVersion = %(seq)s
+
+-- delete_by_seqs --
+-- Delete the locked rows a batch finished with, in one statement (%(seqs)s is a JSON array of integers).
+DELETE FROM {queue}
+WHERE RowVersion IN (SELECT CAST([value] AS bigint) FROM OPENJSON(CAST(%(seqs)s AS nvarchar(max))))
+
+-- peek --
+-- Depth estimate: newest minus oldest RowVersion + 1, skipping rows held by receivers (two index seeks).
+SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
+FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)
+
+-- head_headers --
+-- Headers of the oldest row no receiver holds (its TimeSent gives the age of the queue).
+SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion
+
+-- purge_expired --
+-- Delete up to %(batch_size)s expired rows by RowVersion (not by Expires, to avoid deadlocks with receivers).
+DELETE FROM {queue}
+WHERE RowVersion IN (SELECT TOP (%(batch_size)s) RowVersion
+                     FROM {queue} WITH (READPAST)
+                     WHERE Expires < GETUTCDATE())
+
+-- move_due_delayed --
+-- Move up to %(batch_size)s due delayed messages into the endpoint's input queue (new Id, Recoverable 1), oldest due first. The table variable lets the INSERT keep due order (OUTPUT ... INTO does not order).
+DECLARE @moved TABLE (Headers nvarchar(max) NOT NULL, Body varbinary(max) NULL, Due datetime NOT NULL,
+                      RowVersion bigint NOT NULL);
+WITH due AS (
+    SELECT TOP (%(batch_size)s) *
+    FROM {delayed} WITH (UPDLOCK, READPAST, ROWLOCK)
+    WHERE Due < GETUTCDATE()
+    ORDER BY Due)
+DELETE FROM due
+OUTPUT deleted.Headers, deleted.Body, deleted.Due, deleted.RowVersion INTO @moved;
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+SELECT NEWID(), NULL, NULL, 1, NULL, m.Headers, m.Body FROM @moved AS m ORDER BY m.Due, m.RowVersion
+
+-- move_due_delayed_no_recoverable --
+-- move_due_delayed, for an old input queue table without the Recoverable column.
+DECLARE @moved TABLE (Headers nvarchar(max) NOT NULL, Body varbinary(max) NULL, Due datetime NOT NULL,
+                      RowVersion bigint NOT NULL);
+WITH due AS (
+    SELECT TOP (%(batch_size)s) *
+    FROM {delayed} WITH (UPDLOCK, READPAST, ROWLOCK)
+    WHERE Due < GETUTCDATE()
+    ORDER BY Due)
+DELETE FROM due
+OUTPUT deleted.Headers, deleted.Body, deleted.Due, deleted.RowVersion INTO @moved;
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Expires, Headers, Body)
+SELECT NEWID(), NULL, NULL, NULL, m.Headers, m.Body FROM @moved AS m ORDER BY m.Due, m.RowVersion
+
+-- savepoint --
+-- Mark a point to undo one message's work.
+SAVE TRANSACTION {savepoint}
+
+-- rollback_to_savepoint --
+-- Undo one message's work, keeping the rest of the transaction.
+ROLLBACK TRANSACTION {savepoint}
+
+-- release_savepoint --
+-- SQL Server has no RELEASE SAVEPOINT: a savepoint lasts until the transaction ends. Never sent (the dialect skips it); kept so every dialect has the same statement names.
+SELECT 1 WHERE 1 = 0
+
+-- discover_queues --
+-- Every table in the database with the queue shape (the 8 columns; Recoverable may be missing on old tables).
+SELECT s.name, t.name
+FROM sys.tables AS t
+JOIN sys.schemas AS s ON s.schema_id = t.schema_id
+JOIN sys.columns AS c ON c.object_id = t.object_id
+WHERE t.is_ms_shipped = 0
+GROUP BY s.name, t.name
+HAVING COUNT(CASE WHEN c.name IN ('Id', 'CorrelationId', 'ReplyToAddress', 'Expires', 'Headers', 'Body',
+                                  'RowVersion') THEN 1 END) = 7
+ORDER BY s.name, t.name
+
+-- list_columns --
+-- Columns of a table: name, type name, max_length in bytes (-1 = max), nullable.
+SELECT c.name, ty.name, c.max_length, c.is_nullable
+FROM {sys}.columns AS c
+JOIN {sys}.types AS ty ON ty.user_type_id = c.user_type_id
+JOIN {sys}.tables AS t ON t.object_id = c.object_id
+JOIN {sys}.schemas AS s ON s.schema_id = t.schema_id
+WHERE s.name = %(schema_name)s AND t.name = %(table_name)s
+ORDER BY c.column_id
+
+-- list_indexes --
+-- Indexes of a table: name, first key column (matched by column, not by name), CLUSTERED/NONCLUSTERED, filtered.
+SELECT i.name, c.name, i.type_desc, i.has_filter
+FROM {sys}.indexes AS i
+JOIN {sys}.tables AS t ON t.object_id = i.object_id
+JOIN {sys}.schemas AS s ON s.schema_id = t.schema_id
+LEFT JOIN {sys}.index_columns AS ic
+  ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1
+LEFT JOIN {sys}.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+WHERE s.name = %(schema_name)s AND t.name = %(table_name)s AND i.type > 0
+ORDER BY i.name
+
+-- heap_bloat --
+-- Rows and in-row data pages of a heap (catalog views: no VIEW DATABASE STATE needed); no row when the table is not a heap.
+SELECT SUM(p.rows), SUM(au.used_pages)
+FROM {sys}.partitions AS p
+JOIN {sys}.allocation_units AS au ON au.container_id = p.partition_id AND au.type = 1
+JOIN {sys}.tables AS t ON t.object_id = p.object_id
+JOIN {sys}.schemas AS s ON s.schema_id = t.schema_id
+WHERE s.name = %(schema_name)s AND t.name = %(table_name)s AND p.index_id = 0
+GROUP BY p.object_id
+
+-- table_bloat --
+-- Rows and pages reserved by a table with all its indexes and LOB data (size report).
+SELECT SUM(CASE WHEN p.index_id IN (0, 1) AND au.type = 1 THEN p.rows ELSE 0 END), SUM(au.total_pages)
+FROM {sys}.partitions AS p
+JOIN {sys}.allocation_units AS au ON au.container_id = p.partition_id
+JOIN {sys}.tables AS t ON t.object_id = p.object_id
+JOIN {sys}.schemas AS s ON s.schema_id = t.schema_id
+WHERE s.name = %(schema_name)s AND t.name = %(table_name)s
+GROUP BY p.object_id
+
+-- rebuild_heap --
+-- Rewrite the heap and its indexes, returning the empty pages receives leave behind (takes a schema lock while it runs).
+ALTER TABLE {queue} REBUILD
+
+-- vacuum_table --
+-- Compact the indexes of a queue and clean up ghost rows left by receives (online, light; rebuild_heap reclaims heap pages).
+ALTER INDEX ALL ON {queue} REORGANIZE
+
+-- migrate_rowversion_index --
+-- Turn a CLUSTERED Index_RowVersion (tables made before 2020) into the NONCLUSTERED one; one batch, one transaction.
+DROP INDEX {seq_index} ON {queue};
+CREATE NONCLUSTERED INDEX {seq_index} ON {queue} (RowVersion)

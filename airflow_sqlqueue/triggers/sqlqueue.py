@@ -1,0 +1,425 @@
+"""Triggers for SQL queue tables.
+
+- ``SqlQueueTrigger`` waits in the triggerer until a queue holds at least N messages (the deferrable half of
+  ``SqlQueueSensor``).
+- ``SqlQueueMessageTrigger`` emits one event per message, for ``AssetWatcher`` (event-driven scheduling). It runs
+  in the triggerer's ack mode: rows are claimed (locked, not deleted) when emitted, and deleted only once
+  Airflow has stored the asset events, so a triggerer crash returns them to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import logging
+import threading
+from collections.abc import AsyncIterator, Hashable, Sequence
+from contextlib import ExitStack, aclosing
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
+
+from airflow_sqlqueue.hooks.sqlqueue import transport_for
+from airflow_sqlqueue.transport import QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
+from airflow_sqlqueue.transport.dialects import RawRow
+from airflow_sqlqueue.transport.transport import ReceiveStats
+
+log = logging.getLogger(__name__)
+
+#: Below this, polling is refused; above ``SLOW_POLL_INTERVAL`` it is allowed with a warning.
+MIN_POLL_INTERVAL = 0.1
+SLOW_POLL_INTERVAL = 10.0
+#: Consecutive transient failures (lost connection, lock timeout) tolerated before a trigger gives up.
+MAX_TRANSIENT_FAILURES = 5
+
+
+def check_poll_interval(poll_interval: float, owner: str) -> float:
+    """Validate a poll interval in seconds: under 0.1 s is refused, over 10 s warns (events arrive late)."""
+    if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float):
+        raise TypeError(f"{owner}: poll_interval must be a number of seconds, got {poll_interval!r}")
+    if poll_interval < MIN_POLL_INTERVAL:
+        raise ValueError(
+            f"{owner}: poll_interval={poll_interval} s is below the minimum of {MIN_POLL_INTERVAL} s; polling "
+            "that often loads the database for nothing. Use 0.1 s or more")
+    if poll_interval > SLOW_POLL_INTERVAL:
+        log.warning("%s: poll_interval=%s s is over %s s: messages are noticed that much later", owner,
+                    poll_interval, SLOW_POLL_INTERVAL)
+    return float(poll_interval)
+
+
+async def get_transport(conn_id: str, **kwargs: Any) -> tuple[SqlQueueTransport, Any]:
+    """The transport of an Airflow connection, looked up without blocking the triggerer's event loop."""
+    connection = await BaseHook.aget_connection(conn_id)
+    return transport_for(connection, **kwargs), connection
+
+
+def describe_error(exc: BaseException, connection: Any = None) -> str:
+    """A one-line error text for an event payload: exception type and first line, secrets removed."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    password = getattr(connection, "password", None)
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+def _is_transient(transport: SqlQueueTransport, exc: BaseException) -> bool:
+    return transport.dialect.is_connection_lost(exc) or transport.dialect.is_deadlock(exc)
+
+
+async def _close(transport: SqlQueueTransport | None) -> None:
+    if transport is not None:
+        await asyncio.to_thread(transport.close)
+
+
+# -- depth trigger -----------------------------------------------------------------------------------
+class SqlQueueTrigger(BaseTrigger):
+    """Fire once a queue holds at least ``min_messages`` messages (by ``peek``, which is cheap on any backlog).
+
+    Yields ``{"status": "success", "queue": ..., "depth": n}``, or ``{"status": "error", "message": ...}`` when
+    the queue cannot be read (missing table, wrong connection type, database down).
+
+    :param conn_id: an Airflow connection of type ``mssql``, ``odbc``, ``postgres`` or ``sqlite``.
+    :param queue: the queue address (``table``, ``table@schema`` or ``"schema"."table"`` per dialect).
+    :param min_messages: fire when the depth reaches this many messages.
+    :param poll_interval: seconds between two peeks (at least 0.1).
+    """
+
+    def __init__(self, conn_id: str, queue: str, min_messages: int = 1, poll_interval: float = 5.0) -> None:
+        super().__init__()
+        if isinstance(min_messages, bool) or not isinstance(min_messages, int) or min_messages < 1:
+            raise ValueError(f"min_messages must be a positive integer, got {min_messages!r}")
+        self.conn_id = conn_id
+        self.queue = queue
+        self.min_messages = min_messages
+        self.poll_interval = check_poll_interval(poll_interval, type(self).__name__)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"conn_id": self.conn_id, "queue": self.queue, "min_messages": self.min_messages,
+                 "poll_interval": self.poll_interval})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        transport: SqlQueueTransport | None = None
+        connection = None
+        try:
+            transport, connection = await get_transport(self.conn_id)
+            failures = 0
+            while True:
+                try:
+                    depth = await asyncio.to_thread(transport.peek, self.queue)
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    if not _is_transient(transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
+                        raise
+                    self.log.warning("peek of %s failed (%d/%d), retrying: %s", self.queue, failures,
+                                     MAX_TRANSIENT_FAILURES, describe_error(exc, connection))
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                if depth >= self.min_messages:
+                    self.log.info("queue %s holds %d messages (waiting for %d)", self.queue, depth,
+                                  self.min_messages)
+                    yield TriggerEvent({"status": "success", "queue": self.queue, "depth": depth})
+                    return
+                self.log.debug("queue %s holds %d of %d messages", self.queue, depth, self.min_messages)
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:
+            message = f"cannot watch queue {self.queue!r} on connection {self.conn_id!r}: " + describe_error(
+                exc, connection)
+            self.log.error("%s", message)
+            yield TriggerEvent({"status": "error", "queue": self.queue, "message": message})
+        finally:
+            await _close(transport)
+
+
+# -- message trigger (ack mode) ------------------------------------------------------------------------
+def message_payload(message: ReceivedMessage, max_body_bytes: int | None = None) -> dict[str, Any]:
+    """The JSON-serialisable event payload of one message.
+
+    ``body`` is the UTF-8 text of the body; a body that is not UTF-8 comes as ``body_base64`` instead. A body
+    larger than ``max_body_bytes`` is left out (``body_omitted`` true, ``body_size`` says how big it was):
+    event payloads are stored in Airflow's metadata database.
+    """
+    payload: dict[str, Any] = {
+        "queue": message.queue,
+        "id": str(message.id),
+        "message_id": message.message_id,
+        "seq": message.seq,
+        "headers": dict(message.headers),
+        "body_size": None if message.body is None else len(message.body),
+    }
+    body = message.body
+    if body is None:
+        payload["body"] = None
+    elif max_body_bytes is not None and len(body) > max_body_bytes:
+        payload["body_omitted"] = True
+    else:
+        try:
+            payload["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            payload["body_base64"] = base64.b64encode(body).decode("ascii")
+    return payload
+
+
+class RejectedBySubscriberError(SqlQueueError):
+    """A trigger refused the message (``reject_shared_stream_event``); it goes to the error queue."""
+
+
+class ClaimedBatch:
+    """Up to N of the oldest rows of one queue, locked (not deleted) in one open transaction until settled.
+
+    Every row is settled exactly once: acked (deleted), rejected (moved to the error queue) or released
+    (left in the queue: it returns when the transaction ends). Committing ends the claim. If the process
+    dies first, the database rolls the transaction back and every row returns to the queue.
+
+    PostgreSQL and SQL Server lock rows with ``FOR UPDATE SKIP LOCKED`` / ``READPAST``: a second claimer takes
+    the next rows. SQLite holds the database write lock (``BEGIN IMMEDIATE``) instead: a second claimer
+    waits until this claim commits, then sees only what is left.
+
+    Every method is blocking: call it through ``asyncio.to_thread``. This class is the swap point should the
+    core grow a claim API of its own.
+    """
+
+    _numbers = itertools.count(1)
+
+    def __init__(self, transport: SqlQueueTransport, address: QueueAddress) -> None:
+        self.transport = transport
+        self.address = address
+        self.number = next(self._numbers)
+        self.messages: list[ReceivedMessage] = []
+        self.rows: dict[int, RawRow] = {}
+        self.pending: set[int] = set()
+        self.locked = 0
+        self.released = 0
+        self.closed = False
+        self._lock = threading.Lock()
+        self._stack = ExitStack()
+        self._cursor: Any = None
+
+    def open(self, batch_size: int) -> None:
+        """Lock up to ``batch_size`` rows; drop expired rows and move poison rows to the error queue."""
+        dialect = self.transport.dialect
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                conn = self._stack.enter_context(self.transport.connections.connection())
+                self._cursor = self._stack.enter_context(dialect.transaction(conn))
+                rows = self.transport.take(self._cursor, self.address, batch_size, lock_only=True)
+                self.locked = len(rows)
+                stats = ReceiveStats()
+                for row in rows:
+                    message = self.transport.classify(self._cursor, self.address, row, stats)
+                    if message is None:  # expired, poison or forwarded: it leaves the queue with this claim
+                        dialect.execute(self._cursor, "delete_by_seq", {"seq": row.seq},
+                                        **dialect.identifiers(self.address))
+                        continue
+                    self.rows[row.seq] = row
+                    self.pending.add(row.seq)
+                    self.messages.append(message)
+            except BaseException as exc:
+                self._end(exc)
+                if isinstance(exc, Exception):
+                    raise self.transport.explain(exc, f"claim messages of {self.transport.name(self.address)!r}") \
+                        from exc
+                raise
+
+    def settle(self, items: Sequence[tuple[int, AdvanceOutcome]]) -> bool:
+        """Settle rows by their outcome; commit once every row is settled. Return whether the claim ended."""
+        dialect = self.transport.dialect
+        with self._lock:
+            if self.closed:
+                return True
+            try:
+                for seq, outcome in items:
+                    if seq not in self.pending:
+                        continue
+                    if outcome.rejected:
+                        self.transport.move_to_error(
+                            self._cursor, self.address, self.rows[seq],
+                            RejectedBySubscriberError("an Airflow trigger rejected the message"), delete=True)
+                    elif outcome.is_clean:
+                        dialect.execute(self._cursor, "delete_by_seq", {"seq": seq},
+                                        **dialect.identifiers(self.address))
+                    else:
+                        self.released += 1  # stays in the queue: delivered again after this claim ends
+                    self.pending.discard(seq)
+            except BaseException as exc:
+                self._end(exc)
+                raise
+            if self.pending:
+                return False
+            self._end(None)
+            return True
+
+    def commit(self) -> None:
+        """End the claim keeping what was settled (rows not settled yet return to the queue)."""
+        with self._lock:
+            if not self.closed:
+                self._end(None)
+
+    def abandon(self) -> None:
+        """End the claim undoing everything: every row returns to the queue."""
+        with self._lock:
+            if not self.closed:
+                self._end(_Abandoned())
+
+    def _end(self, exc: BaseException | None) -> None:
+        self.closed = True
+        if exc is None:
+            self._stack.close()  # commit and give the connection back
+        else:
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)  # roll back
+
+
+class _Abandoned(Exception):
+    """Rolls a claim back."""
+
+
+class SqlQueueStreamProducer(SharedStreamProducer):
+    """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
+
+    ``open_stream`` claims a batch of rows and yields one raw event per message; it claims the next batch
+    only after Airflow advanced every event of this one. ``advance`` deletes the messages whose asset events
+    were stored, moves rejected ones to the error queue, and leaves failed ones in the queue (they are
+    delivered again). See ``SqlQueueMessageTrigger`` for the parameters.
+    """
+
+    def __init__(self, conn_id: str, queue_name: str, batch_size: int = 100, poll_interval: float = 2.0,
+                 error_queue: str = "error", max_body_bytes: int | None = 65536) -> None:
+        self.conn_id = conn_id
+        self.queue_name = queue_name
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.error_queue = error_queue
+        self.max_body_bytes = max_body_bytes
+        self.transport: SqlQueueTransport | None = None
+        self._connection: Any = None
+        self._claim: ClaimedBatch | None = None
+        self._settled = asyncio.Event()
+        self._closing = False
+
+    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], tuple[int, int]]]:
+        self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
+        address = self.transport.address(self.queue_name)
+        failures = 0
+        try:
+            while not self._closing:
+                claim = ClaimedBatch(self.transport, address)
+                self._claim = claim
+                self._settled.clear()
+                try:
+                    await asyncio.to_thread(claim.open, self.batch_size)
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
+                        raise
+                    log.warning("claiming messages of %s failed (%d/%d), retrying: %s", self.queue_name,
+                                failures, MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                if not claim.messages:
+                    await asyncio.to_thread(claim.commit)  # keeps the drops of expired and poison rows
+                    self._claim = None
+                    if not claim.locked:
+                        await asyncio.sleep(self.poll_interval)
+                    continue
+                for message in claim.messages:
+                    yield message_payload(message, self.max_body_bytes), (claim.number, message.seq)
+                await self._settled.wait()
+                self._claim = None
+                if claim.released:  # failed events are delivered again, but not in a tight loop
+                    await asyncio.sleep(self.poll_interval)
+        finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
+            claim, self._claim = self._claim, None
+            if claim is not None:
+                await asyncio.to_thread(claim.abandon)
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        claim = self._claim
+        items = []
+        for item in batch:
+            number, seq = item.broker_payload
+            if claim is None or number != claim.number:
+                log.warning("advance for message seq %s of an ended claim ignored (it was returned to %s)",
+                            seq, self.queue_name)
+                continue
+            items.append((seq, item.outcome))
+        if claim is not None and items and await asyncio.to_thread(claim.settle, items):
+            self._settled.set()
+
+    async def aclose(self) -> None:
+        self._closing = True
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            await asyncio.to_thread(claim.abandon)
+        self._settled.set()
+        transport, self.transport = self.transport, None
+        await _close(transport)
+
+
+class SqlQueueMessageTrigger(BaseEventTrigger):
+    """One event per message of a queue, for ``AssetWatcher``: a DAG run is scheduled by messages arriving.
+
+    The triggerer runs it in ack mode: a message is claimed (locked, not deleted) when its event is emitted,
+    and deleted only after Airflow stored the asset event. Two triggerers never emit the same message; if the
+    triggerer dies in between, the message returns to the queue and is emitted again later. Messages whose
+    event failed are delivered again; rejected ones go to the error queue. Several DAGs watching the same
+    queue share one poll, and each message is deleted once all of them stored their events.
+
+    The payload (stored as the asset event's ``extra["payload"]``) is ``{"queue", "id", "message_id", "seq",
+    "headers", "body" (UTF-8 text) or "body_base64", "body_size"}``. Bursts can be coalesced into one DAG run
+    and arrive out of order: sort by ``seq`` and make downstream tasks idempotent (by ``id``).
+
+    :param conn_id: an Airflow connection of type ``mssql``, ``odbc``, ``postgres`` or ``sqlite``.
+    :param queue_name: the queue address.
+    :param batch_size: most messages claimed at once.
+    :param poll_interval: seconds between two polls of an empty queue (at least 0.1).
+    :param error_queue: where rejected messages and rows with unreadable headers go.
+    :param max_body_bytes: bodies larger than this are left out of the payload (None: never).
+    """
+
+    def __init__(self, conn_id: str, queue_name: str, batch_size: int = 100, poll_interval: float = 2.0,
+                 error_queue: str = "error", max_body_bytes: int | None = 65536) -> None:
+        super().__init__()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.conn_id = conn_id
+        self.queue_name = queue_name
+        self.batch_size = batch_size
+        self.poll_interval = check_poll_interval(poll_interval, type(self).__name__)
+        self.error_queue = error_queue
+        self.max_body_bytes = max_body_bytes
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"conn_id": self.conn_id, "queue_name": self.queue_name, "batch_size": self.batch_size,
+                 "poll_interval": self.poll_interval, "error_queue": self.error_queue,
+                 "max_body_bytes": self.max_body_bytes})
+
+    def shared_stream_key(self) -> Hashable | None:
+        return ("airflow_sqlqueue", self.conn_id, self.queue_name, self.error_queue)
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqlQueueStreamProducer:
+        return SqlQueueStreamProducer(**kwargs)
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        async for raw_event in shared_stream:
+            yield TriggerEvent(raw_event)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Fallback outside ack mode: a message is deleted once the triggerer took its event (not stored)."""
+        producer = self.create_shared_stream_producer(self.serialize()[1])
+        try:
+            async with aclosing(producer.open_stream()) as stream:
+                async for raw_event, broker_payload in stream:
+                    yield TriggerEvent(raw_event)
+                    await producer.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
+        finally:
+            await producer.aclose()

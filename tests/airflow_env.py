@@ -1,0 +1,89 @@
+"""Airflow environment for tests that import Airflow: import this module before anything imports ``airflow``.
+
+Sets defaults only (a value already in the environment wins): a throw-away ``AIRFLOW_HOME`` so nothing is
+written to ``~/airflow``, no example DAGs, and ``tests/dags`` as the DAGs folder (a DAG run by ``dag.test()``
+must live inside it). ``AIRFLOW__CORE__UNIT_TEST_MODE`` is deliberately not set: it replaces the whole
+configuration with Airflow's own ``unit_tests.cfg`` (its DAGs folder, LocalExecutor, examples on), which is
+meant for Airflow's test suite, not for a provider's.
+
+Also helpers for DAG-run tests: the ``airflow_db`` fixture (metadata database migrated once per session),
+connections as ``AIRFLOW_CONN_<ID>`` variables, loading a DAG from ``tests/dags``, and reading a run's XComs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
+AIRFLOW_HOME = os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_FOLDER))
+
+PG_CONNECTION = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"}
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Iterator[None]:
+    """The metadata database (SQLite in ``AIRFLOW_HOME``), reset and migrated once per test session."""
+    from airflow.utils import db
+
+    db.resetdb()
+    yield
+
+
+def set_connection(conn_id: str, fields: dict[str, Any]) -> str:
+    """Register an Airflow connection as an ``AIRFLOW_CONN_<ID>`` variable (JSON form); return its id."""
+    os.environ["AIRFLOW_CONN_" + conn_id.upper()] = json.dumps(fields)
+    return conn_id
+
+
+def sqlite_connection(conn_id: str, path: str | Path) -> str:
+    """A ``sqlite`` connection to a database file (JSON form: four-slash URIs do not work)."""
+    return set_connection(conn_id, {"conn_type": "sqlite", "host": str(Path(path).resolve())})
+
+
+def postgres_connection(conn_id: str, **overrides: Any) -> str:
+    """A ``postgres`` connection to the test server on 127.0.0.1:5432 (database ``test``)."""
+    return set_connection(conn_id, {**PG_CONNECTION, **overrides})
+
+
+def load_dag(dag_id: str, filename: str) -> Any:
+    """A DAG from a file in ``tests/dags``, failing on import errors."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS_FOLDER / filename))
+    assert bag.import_errors == {}, bag.import_errors
+    assert dag_id in bag.dags, f"{dag_id} not in {sorted(bag.dags)}"
+    return bag.dags[dag_id]
+
+
+def xcom_value(dag_run: Any, task_id: str, key: str = "return_value") -> Any:
+    """The XCom a task pushed in a run (a list in map-index order for a mapped task)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, key=key, dag_ids=dag_run.dag_id,
+                                                  task_ids=task_id)).all()
+        values = sorted((row.map_index, XComModel.deserialize_value(row)) for row in rows)
+    if not values:
+        raise KeyError(f"no XCom {key!r} from task {task_id!r} in run {dag_run.run_id}")
+    if len(values) == 1 and values[0][0] < 0:
+        return values[0][1]
+    return [value for _, value in values]
+
+
+def task_states(dag_run: Any) -> dict[str, str]:
+    """``task_id[map_index]`` to state for every task instance of a run (for assertion messages)."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        tis = dag_run.get_task_instances(session=session)
+        return {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis}

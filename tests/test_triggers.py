@@ -1,0 +1,440 @@
+"""SqlQueueTrigger, SqlQueueMessageTrigger (ack mode) and the common.messaging plug-in, on SQLite and PostgreSQL.
+
+Triggers are driven with asyncio in plain pytest; connections come from ``AIRFLOW_CONN_<ID>`` variables.
+"""
+
+from __future__ import annotations
+
+import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
+
+# isort: split
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamManager
+
+from airflow_sqlqueue.transport import OutgoingMessage
+from airflow_sqlqueue.triggers.sqlqueue import (
+    SqlQueueMessageTrigger,
+    SqlQueueStreamProducer,
+    SqlQueueTrigger,
+    message_payload,
+)
+from tests.conftest import Db
+
+ACKED = AdvanceOutcome(acked=1, failed=0)
+FAILED = AdvanceOutcome(acked=0, failed=1)
+REJECTED = AdvanceOutcome(acked=0, failed=0, rejected=1)
+
+
+def airflow_conn(db: Db, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> str:
+    """Register the test database as an Airflow connection (env var, JSON form); return its id."""
+    conn_id = "sqtest_" + uuid.uuid4().hex[:10]
+    if db.kind == "sqlite":
+        fields: dict[str, Any] = {"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]}
+    else:
+        fields = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
+                  "schema": "test"}
+    fields.update(overrides)
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
+    return conn_id
+
+
+def count(db: Db, table: str) -> int:
+    """Rows in a table, counted from a separate connection (ignores row locks; a reader on SQLite/WAL)."""
+    return db.sql(f"SELECT count(*) FROM {db.q(table) if db.schema else chr(34) + table + chr(34)}")[0][0]  # noqa: S608
+
+
+def send(db: Db, n: int, queue: str = "orders", prefix: str = "m") -> list[str]:
+    ids = db.transport.send_many(db.q(queue), [OutgoingMessage(body=f"{prefix}{i}", headers={"n": str(i)})
+                                               for i in range(n)])
+    return [str(i) for i in ids]
+
+
+def run(coro: Any, timeout: float = 20) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def producer_for(db: Db, conn_id: str, **kwargs: Any) -> SqlQueueStreamProducer:
+    trigger = SqlQueueMessageTrigger(conn_id=conn_id, queue_name=db.q("orders"), error_queue=db.q("error"),
+                                     poll_interval=0.1, **kwargs)
+    return SqlQueueMessageTrigger.create_shared_stream_producer(trigger.serialize()[1])
+
+
+# -- SqlQueueTrigger -----------------------------------------------------------------------------------
+def test_depth_trigger_fires_at_n_and_not_before(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    conn_id = airflow_conn(queues, monkeypatch)
+    send(queues, 2)
+    trigger = SqlQueueTrigger(conn_id=conn_id, queue=queues.q("orders"), min_messages=3, poll_interval=0.1)
+
+    async def scenario() -> Any:
+        events = trigger.run()
+        first = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.6)
+        assert not first.done(), "fired with 2 of 3 messages"
+        await asyncio.to_thread(send, queues, 1)
+        event = await asyncio.wait_for(first, 10)
+        await events.aclose()
+        return event
+
+    event = run(scenario())
+    assert event.payload == {"status": "success", "queue": queues.q("orders"), "depth": 3}
+    assert count(queues, "orders") == 3  # peeking takes nothing
+
+
+def test_depth_trigger_fires_at_once_when_already_deep(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    send(queues, 5)
+    trigger = SqlQueueTrigger(conn_id=airflow_conn(queues, monkeypatch), queue=queues.q("orders"), min_messages=5)
+
+    async def first() -> Any:
+        return await anext(trigger.run())
+
+    assert run(first()).payload["depth"] == 5
+
+
+def test_depth_trigger_missing_queue_is_an_error_event(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    trigger = SqlQueueTrigger(conn_id=airflow_conn(queues, monkeypatch), queue=queues.q("nope"), poll_interval=0.1)
+
+    async def first() -> Any:
+        return await anext(trigger.run())
+
+    payload = run(first()).payload
+    assert payload["status"] == "error"
+    assert "nope" in payload["message"] and "QueueNotFoundError" in payload["message"]
+
+
+def test_depth_trigger_error_hides_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn_id = "sqtest_" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
+        {"conn_type": "postgres", "host": "127.0.0.1", "port": 1, "login": "postgres",
+         "password": "s3cret-Pw", "schema": "test"}))
+    trigger = SqlQueueTrigger(conn_id=conn_id, queue="orders", poll_interval=0.1)
+
+    async def first() -> Any:
+        return await anext(trigger.run())
+
+    payload = run(first()).payload
+    assert payload["status"] == "error" and conn_id in payload["message"]
+    assert "s3cret-Pw" not in json.dumps(payload)
+
+
+def test_depth_trigger_wrong_connection_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn_id = "sqtest_" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps({"conn_type": "http", "host": "x"}))
+
+    async def first() -> Any:
+        return await anext(SqlQueueTrigger(conn_id=conn_id, queue="orders").run())
+
+    payload = run(first()).payload
+    assert payload["status"] == "error" and "'http'" in payload["message"]
+
+
+def test_depth_trigger_serializes_and_validates(caplog: pytest.LogCaptureFixture) -> None:
+    trigger = SqlQueueTrigger(conn_id="c", queue="orders", min_messages=4, poll_interval=0.5)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_sqlqueue.triggers.sqlqueue.SqlQueueTrigger"
+    assert SqlQueueTrigger(**kwargs).serialize() == (path, kwargs)
+    with pytest.raises(ValueError, match="0.1"):
+        SqlQueueTrigger(conn_id="c", queue="orders", poll_interval=0.05)
+    with pytest.raises(ValueError, match="min_messages"):
+        SqlQueueTrigger(conn_id="c", queue="orders", min_messages=0)
+    with caplog.at_level(logging.WARNING):
+        SqlQueueTrigger(conn_id="c", queue="orders", poll_interval=30)
+    assert "over 10" in caplog.text
+
+
+# -- SqlQueueMessageTrigger: the ack-mode producer -----------------------------------------------------------
+def test_open_stream_claims_without_deleting_and_advance_deletes(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 3)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch))
+
+    async def scenario() -> None:
+        stream = producer.open_stream()
+        items = [await anext(stream) for _ in range(3)]
+        events = [raw for raw, _ in items]
+        assert [e["id"] for e in events] == sent
+        assert [e["body"] for e in events] == ["m0", "m1", "m2"]
+        assert events[1]["headers"]["n"] == "1" and events[0]["queue"] == queues.transport.name(queues.q("orders"))
+        assert events[0]["seq"] < events[1]["seq"] < events[2]["seq"]
+        json.dumps(events)  # the payload is JSON-serialisable
+        assert await asyncio.to_thread(count, queues, "orders") == 3  # nothing deleted before advance
+        await producer.advance([AdvanceItem(items[0][1], ACKED)])
+        await producer.advance([AdvanceItem(p, ACKED) for _, p in items[1:]])
+        assert await asyncio.to_thread(count, queues, "orders") == 0
+        await stream.aclose()
+        await producer.aclose()
+
+    run(scenario())
+
+
+def test_failed_outcome_returns_rows_and_they_come_again(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 3)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch))
+
+    async def scenario() -> None:
+        stream = producer.open_stream()
+        items = [await anext(stream) for _ in range(3)]
+        await producer.advance([AdvanceItem(items[0][1], ACKED), AdvanceItem(items[1][1], FAILED),
+                                AdvanceItem(items[2][1], AdvanceOutcome(acked=0, failed=0))])  # no subscriber
+        assert await asyncio.to_thread(count, queues, "orders") == 2
+        again = [await anext(stream) for _ in range(2)]
+        assert [raw["id"] for raw, _ in again] == sent[1:]
+        await stream.aclose()
+        await producer.aclose()
+
+    run(scenario())
+    assert count(queues, "orders") == 2  # closing the stream returned the claimed rows
+
+
+def test_rejected_message_goes_to_the_error_queue(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 1)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch))
+
+    async def scenario() -> None:
+        stream = producer.open_stream()
+        _, payload = await anext(stream)
+        await producer.advance([AdvanceItem(payload, REJECTED)])
+        await stream.aclose()
+        await producer.aclose()
+
+    run(scenario())
+    assert count(queues, "orders") == 0
+    [row] = queues.transport.browse(queues.q("error"))
+    assert str(row.id) == sent[0] and json.loads(row.headers)["NServiceBus.FailedQ"]
+
+
+def test_poison_and_expired_rows_are_not_emitted(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = queues.q("orders") if queues.schema else "orders"
+    queues.sql(f"INSERT INTO {table} (id, headers, body) VALUES ('{uuid.uuid4()}', 'not json', NULL)")  # noqa: S608
+    queues.transport.send(queues.q("orders"), OutgoingMessage(body="old", time_to_be_received=0.001))
+    good = send(queues, 1)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch))
+
+    async def scenario() -> list[str]:
+        await asyncio.sleep(0.05)
+        stream = producer.open_stream()
+        raw, payload = await anext(stream)
+        await producer.advance([AdvanceItem(payload, ACKED)])
+        await stream.aclose()
+        await producer.aclose()
+        return [raw["id"]]
+
+    assert run(scenario()) == good
+    assert count(queues, "orders") == 0 and count(queues, "error") == 1
+
+
+def test_two_producers_never_emit_the_same_message(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 40)
+    conn_id = airflow_conn(queues, monkeypatch)
+    producers = [producer_for(queues, conn_id, batch_size=4) for _ in range(2)]
+    seen: list[tuple[int, str]] = []
+    advanced: list[str] = []
+
+    async def consume(index: int, producer: SqlQueueStreamProducer) -> None:
+        stream = producer.open_stream()
+        try:
+            while True:
+                raw, payload = await anext(stream)
+                seen.append((index, raw["id"]))
+                await asyncio.sleep(0.01)
+                await producer.advance([AdvanceItem(payload, ACKED)])
+                advanced.append(raw["id"])
+        finally:
+            await stream.aclose()
+            await producer.aclose()
+
+    async def scenario() -> None:
+        tasks = [asyncio.create_task(consume(i, p)) for i, p in enumerate(producers)]
+        while len(advanced) < len(sent):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a duplicate would show up here
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    run(scenario(), timeout=40)
+    counts = Counter(message_id for _, message_id in seen)
+    assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts.most_common(3)
+    assert count(queues, "orders") == 0
+    if queues.kind == "postgres":  # row locks: both claim at once (SQLite takes turns on the write lock)
+        assert {index for index, _ in seen} == {0, 1}
+
+
+CRASHING_PRODUCER = textwrap.dedent("""
+    import tests.airflow_env
+    import asyncio, sys, time
+    from airflow_sqlqueue.triggers.sqlqueue import SqlQueueStreamProducer
+
+    async def main():
+        producer = SqlQueueStreamProducer(conn_id=sys.argv[1], queue_name=sys.argv[2], error_queue=sys.argv[3],
+                                          batch_size=10, poll_interval=0.1)
+        stream = producer.open_stream()
+        for _ in range(3):
+            await anext(stream)
+        print("claimed", flush=True)
+        time.sleep(60)  # the triggerer dies here, holding its claim
+
+    asyncio.run(main())
+""")
+
+
+def test_rows_claimed_by_a_dead_triggerer_return(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 3)
+    conn_id = airflow_conn(queues, monkeypatch)
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_PRODUCER, conn_id, queues.q("orders"),
+                              queues.q("error")], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "claimed"
+        assert count(queues, "orders") == 3
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    producer = producer_for(queues, conn_id)
+
+    async def scenario() -> list[str]:
+        stream = producer.open_stream()
+        items = [await anext(stream) for _ in range(3)]
+        await producer.advance([AdvanceItem(p, ACKED) for _, p in items])
+        await stream.aclose()
+        await producer.aclose()
+        return [raw["id"] for raw, _ in items]
+
+    assert run(scenario()) == sent
+    assert count(queues, "orders") == 0
+
+
+def test_ack_mode_through_the_shared_stream_manager(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow's own manager: rows stay until the trigger events are confirmed persisted, then go."""
+    sent = send(queues, 2)
+    trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(queues, monkeypatch), queue_name=queues.q("orders"),
+                                     error_queue=queues.q("error"), poll_interval=0.1)
+    key = trigger.shared_stream_key()
+
+    async def scenario() -> list[dict[str, Any]]:
+        manager = SharedStreamManager(ack_timeout=30)
+        events = trigger.filter_shared_stream(manager.subscribe(trigger_id=1, trigger=trigger, key=key))
+        payloads, seqs = [], []
+        for _ in sent:
+            event = await asyncio.wait_for(anext(events), 10)
+            payloads.append(event.payload)
+            seqs.append(manager.bind_pending_event(trigger_id=1, key=key))
+        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(count, queues, "orders") == 2  # not persisted yet: still there
+        consumer = asyncio.ensure_future(anext(events))  # the subscriber moves past the last event
+        await asyncio.sleep(0.1)
+        manager.confirm_persisted(seqs)
+        for _ in range(100):
+            if await asyncio.to_thread(count, queues, "orders") == 0:
+                break
+            await asyncio.sleep(0.05)
+        consumer.cancel()
+        await manager.unsubscribe(1, key)
+        return payloads
+
+    payloads = run(scenario())
+    assert [p["id"] for p in payloads] == sent
+    assert count(queues, "orders") == 0
+
+
+def test_run_fallback_emits_and_deletes(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 2)
+    trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(queues, monkeypatch), queue_name=queues.q("orders"),
+                                     error_queue=queues.q("error"), poll_interval=0.1)
+
+    async def scenario() -> list[str]:
+        events = trigger.run()
+        ids = [(await anext(events)).payload["id"] for _ in sent]
+        waiting = asyncio.ensure_future(anext(events))  # taking the next event acks the previous one
+        for _ in range(100):
+            if await asyncio.to_thread(count, queues, "orders") == 0:
+                break
+            await asyncio.sleep(0.05)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await events.aclose()
+        return ids
+
+    assert run(scenario()) == sent
+    assert count(queues, "orders") == 0
+
+
+def test_message_trigger_serializes_and_shares_by_queue() -> None:
+    trigger = SqlQueueMessageTrigger(conn_id="c", queue_name="orders", batch_size=10)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_sqlqueue.triggers.sqlqueue.SqlQueueMessageTrigger"
+    assert SqlQueueMessageTrigger(**kwargs).serialize() == (path, kwargs)
+    assert trigger.shared_stream_key() == SqlQueueMessageTrigger(conn_id="c", queue_name="orders").shared_stream_key()
+    assert trigger.shared_stream_key() != SqlQueueMessageTrigger(conn_id="c", queue_name="other").shared_stream_key()
+    assert isinstance(SqlQueueMessageTrigger.create_shared_stream_producer(kwargs), SqlQueueStreamProducer)
+    with pytest.raises(ValueError, match="batch_size"):
+        SqlQueueMessageTrigger(conn_id="c", queue_name="orders", batch_size=0)
+
+
+def test_payload_of_binary_large_and_null_bodies() -> None:
+    from airflow_sqlqueue.transport import ReceivedMessage
+
+    def payload(body: bytes | None, limit: int | None = 10) -> dict[str, Any]:
+        return message_payload(ReceivedMessage(uuid.uuid4(), {"a": "b"}, body, 7, "orders"), limit)
+
+    assert payload(b"\xff\x00")["body_base64"] == "/wA="
+    assert payload(b"x" * 11)["body_omitted"] is True and payload(b"x" * 11)["body_size"] == 11
+    assert payload(b"x" * 11, None)["body"] == "x" * 11
+    assert payload(None)["body"] is None
+
+
+# -- common.messaging ---------------------------------------------------------------------------------------
+@pytest.fixture
+def message_queue_trigger(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``MessageQueueTrigger``, with our provider registered even before the entry point is installed."""
+    from airflow.providers.common.messaging.triggers import msg_queue
+
+    from airflow_sqlqueue.queues.sqlqueue import SqlQueueMessageQueueProvider
+
+    if not any(isinstance(p, SqlQueueMessageQueueProvider) for p in msg_queue.MESSAGE_QUEUE_PROVIDERS):
+        monkeypatch.setattr(msg_queue, "MESSAGE_QUEUE_PROVIDERS",
+                            [*msg_queue.MESSAGE_QUEUE_PROVIDERS, SqlQueueMessageQueueProvider()])
+    return msg_queue.MessageQueueTrigger
+
+
+def test_message_queue_trigger_builds_ours(message_queue_trigger: Any) -> None:
+    trigger = message_queue_trigger(scheme="sqlqueue", conn_id="queues_db", queue_name="orders", batch_size=5)
+    assert isinstance(trigger.trigger, SqlQueueMessageTrigger)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_sqlqueue.triggers.sqlqueue.SqlQueueMessageTrigger"
+    assert kwargs["queue_name"] == "orders" and kwargs["batch_size"] == 5
+
+
+def test_message_queue_trigger_queue_uri(message_queue_trigger: Any) -> None:
+    with pytest.warns(Warning, match="deprecated"):
+        trigger = message_queue_trigger(queue="sqlqueue://queues_db/orders%40dbo")
+    assert trigger.trigger.serialize()[1]["conn_id"] == "queues_db"
+    assert trigger.trigger.serialize()[1]["queue_name"] == "orders@dbo"
+
+
+def test_provider_info_is_valid() -> None:
+    from airflow.providers_manager import _create_provider_info_schema_validator
+
+    from airflow_sqlqueue.get_provider_info import get_provider_info
+    from airflow_sqlqueue.queues.sqlqueue import SqlQueueMessageQueueProvider
+
+    info = get_provider_info()
+    _create_provider_info_schema_validator().validate(info)
+    assert info["package-name"] == "airflow-provider-sqlqueue"
+    assert info["queues"] == ["airflow_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"]
+    assert "connection-types" not in info
+    assert SqlQueueMessageQueueProvider().trigger_class() is SqlQueueMessageTrigger
