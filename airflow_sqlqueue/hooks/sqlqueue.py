@@ -88,6 +88,7 @@ def connect_for(connection: Any) -> Any:
 
 def transport_for(connection: Any, **kwargs: Any) -> SqlQueueTransport:
     """A transport over an Airflow connection."""
-    dialect = get_dialect(dialect_name_for(connection.conn_type, connection.conn_id),
-                          "qmark" if connection.conn_type == "odbc" else None)
+    name = dialect_name_for(connection.conn_type, connection.conn_id)
+    dialect = get_dialect(name, "qmark" if connection.conn_type == "odbc" else None,
+                          default_catalog=(connection.schema or None) if name == "mssql" else None)
     return SqlQueueTransport(lambda: connect_for(connection), dialect, **kwargs)

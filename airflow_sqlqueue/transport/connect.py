@@ -134,3 +134,10 @@ def _pyodbc(url: str) -> Callable[[], Any]:
 def paramstyle_of(url: str) -> str | None:
     """The paramstyle of the driver a URL selects (pyodbc differs from pymssql)."""
     return "qmark" if url.lower().startswith("mssql+pyodbc") else None
+
+
+def default_catalog_of(url: str) -> str | None:
+    """The database named in a SQL Server URL (the default catalog of its queue addresses)."""
+    if not url.lower().startswith("mssql"):
+        return None
+    return _mssql_parts(url)["database"] or None

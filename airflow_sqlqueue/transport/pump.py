@@ -154,7 +154,7 @@ class HandlerContext:
 
     def _same_database(self, queue: str) -> None:
         catalog = self.transport.address(queue).catalog
-        own = self.transport.error_queue.catalog
+        own = getattr(self.transport.dialect, "default_catalog", None)
         if catalog is not None and catalog != own and self.mode is TransactionMode.TRANSACTION_SCOPE:
             raise CrossDatabaseTransactionError(
                 f"queue {queue!r} is in catalog {catalog!r}, another database than the receive transaction's; "

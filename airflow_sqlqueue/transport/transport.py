@@ -63,10 +63,10 @@ class SqlQueueTransport:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SqlQueueTransport:
         """A transport for ``sqlite:///path``, ``postgresql://...``, ``mssql+pymssql://...``, ``mssql+pyodbc://...``."""
-        from .connect import connection_factory, paramstyle_of
+        from .connect import connection_factory, default_catalog_of, paramstyle_of
 
         connect, dialect = connection_factory(url)
-        return cls(connect, get_dialect(dialect, paramstyle_of(url)), **kwargs)
+        return cls(connect, get_dialect(dialect, paramstyle_of(url), default_catalog_of(url)), **kwargs)
 
     def close(self) -> None:
         """Close pooled connections."""

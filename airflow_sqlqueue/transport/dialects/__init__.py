@@ -7,8 +7,11 @@ from .base import Dialect, Finding, RawRow
 DIALECT_NAMES = ("mssql", "postgres", "sqlite")
 
 
-def get_dialect(name: str, paramstyle: str | None = None) -> Dialect:
-    """The dialect called ``name``; ``paramstyle`` overrides the driver default (pyodbc: ``qmark``)."""
+def get_dialect(name: str, paramstyle: str | None = None, default_catalog: str | None = None) -> Dialect:
+    """The dialect called ``name``; ``paramstyle`` overrides the driver default (pyodbc: ``qmark``).
+
+    ``default_catalog`` (SQL Server) is the connection's database, used in qualified names and lock names.
+    """
     key = {"postgresql": "postgres", "sqlserver": "mssql", "sqlite3": "sqlite"}.get(name, name)
     if key == "postgres":
         from .postgres import PostgresDialect
@@ -21,7 +24,7 @@ def get_dialect(name: str, paramstyle: str | None = None) -> Dialect:
     if key == "mssql":
         from .mssql import MssqlDialect
 
-        return MssqlDialect(paramstyle or "pyformat")
+        return MssqlDialect(paramstyle or "pyformat", default_catalog=default_catalog)
     raise ValueError(f"unknown dialect {name!r}; choose one of {', '.join(DIALECT_NAMES)}")
 
 
