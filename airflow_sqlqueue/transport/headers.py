@@ -50,6 +50,14 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
             raise InvalidMessageError(
                 f"header {key!r} has a {type(value).__name__} value; header values must be str or None "
                 "(NServiceBus reads headers as a string dictionary): convert it with str() or json.dumps()")
+    for key, value in headers.items():
+        for part in (key, value):
+            try:
+                if part is not None:
+                    part.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidMessageError(f"header {key!r} cannot be encoded as UTF-8 ({exc.reason}); remove lone "
+                                          "surrogates from header names and values") from None
     text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
     if len(text) > MAX_HEADERS_CHARS:
         raise InvalidMessageError(

@@ -10,6 +10,9 @@ from datetime import timedelta
 from .errors import InvalidMessageError
 from .headers import MESSAGE_ID, serialize_headers
 
+YEAR = 365 * 24 * 3600
+MAX_SECONDS = 100 * YEAR
+
 
 def _to_ms(value: float | timedelta | None, what: str) -> int | None:
     if value is None:
@@ -19,6 +22,9 @@ def _to_ms(value: float | timedelta | None, what: str) -> int | None:
         raise InvalidMessageError(f"{what} must be seconds (a number) or a timedelta, got {value!r}")
     if seconds <= 0:
         raise InvalidMessageError(f"{what} must be positive, got {seconds} seconds")
+    if seconds > MAX_SECONDS:
+        raise InvalidMessageError(f"{what} of {seconds:.0f} seconds is over {MAX_SECONDS // YEAR} years, past what "
+                                  "database timestamps hold; for no expiry/delay leave it unset (None)")
     return max(1, round(seconds * 1000))
 
 
@@ -42,7 +48,11 @@ class OutgoingMessage:
         if self.body is None or isinstance(self.body, bytes):
             return self.body
         if isinstance(self.body, str):
-            return self.body.encode("utf-8")
+            try:
+                return self.body.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidMessageError(f"body text cannot be encoded as UTF-8 ({exc.reason} at position "
+                                          f"{exc.start}); pass bytes, or text without lone surrogates") from None
         if isinstance(self.body, bytearray | memoryview):
             return bytes(self.body)
         raise InvalidMessageError(f"body must be bytes or str, got {type(self.body).__name__}")

@@ -115,7 +115,8 @@ class SqlQueueTransport:
                 f"{what}: a queue table (or its schema) does not exist: {_first_line(exc)}. Create it with "
                 "`sqlqueue create QUEUE` or SqlQueueTransport.create_queue()")
         if self.dialect.is_permission_denied(exc):
-            return PermissionDeniedError(f"{what}: the database user lacks a right: {_first_line(exc)}")
+            return PermissionDeniedError(f"{what}: the database user lacks a right: {_first_line(exc)}. "
+                                         f"{self.dialect.rights_hint}")
         return exc
 
     # -- provisioning ----------------------------------------------------------------------------
@@ -270,7 +271,7 @@ class SqlQueueTransport:
             self.move_to_error(cursor, address, row, PoisonMessageError(str(exc)), poison=True)
             stats.poison += 1
             return None
-        if target is not None and target != address:
+        if target is not None and not self.dialect.same_queue(target, address):
             self.dialect.execute(cursor, "insert_raw",
                                  {"id": self.dialect.id_param(row.id), "headers": h.serialize_headers(parsed),
                                   "body": row.body}, **self.dialect.identifiers(target))

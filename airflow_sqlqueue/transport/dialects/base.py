@@ -59,6 +59,8 @@ class Dialect:
     delayed_ddl: tuple[str, ...] = ("create_delayed_table", "create_delayed_due_index")
     #: Names a DBA-facing tool uses for the column that orders the queue.
     seq_column: str = "seq"
+    #: What to grant, said when a statement is refused for lack of rights.
+    rights_hint: str = "Sending and receiving need SELECT, INSERT and DELETE on the queue tables."
     #: One writer at a time (SQLite): a second connection cannot write while a receive is open.
     single_writer: bool = False
 
@@ -82,6 +84,11 @@ class Dialect:
     def qualified(self, address: QueueAddress) -> str:
         """The quoted, qualified table name used in SQL text."""
         raise NotImplementedError
+
+    def same_queue(self, a: QueueAddress, b: QueueAddress) -> bool:
+        """Whether two addresses name the same table (default schema filled in; an unknown catalog matches)."""
+        return (a.table == b.table and (a.schema or self.default_schema) == (b.schema or self.default_schema)
+                and (a.catalog is None or b.catalog is None or a.catalog == b.catalog))
 
     def delayed_address(self, address: QueueAddress) -> QueueAddress:
         """The delayed table of an endpoint: ``<table>.Delayed`` beside it."""

@@ -51,7 +51,7 @@ INSERT INTO {queue} (id, expires, headers, body)
 VALUES (
     %(id)s::uuid,
     CASE WHEN %(ttbr_ms)s::bigint IS NULL THEN NULL
-         ELSE (now() AT TIME ZONE 'UTC') + %(ttbr_ms)s::bigint * INTERVAL '1 millisecond' END,
+         ELSE (statement_timestamp() AT TIME ZONE 'UTC') + %(ttbr_ms)s::bigint * INTERVAL '1 millisecond' END,
     %(headers)s,
     %(body)s)
 
@@ -60,7 +60,7 @@ VALUES (
 INSERT INTO {queue} (id, expires, headers, body)
 SELECT m.id,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
-            ELSE (now() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
+            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
        m.headers,
        m.body
 FROM unnest(%(ids)s::uuid[], %(ttbr_ms)s::bigint[], %(headers)s::text[], %(bodies)s::bytea[])
@@ -74,27 +74,27 @@ INSERT INTO {queue} (id, expires, headers, body) VALUES (%(id)s::uuid, NULL, %(h
 -- send_delayed --
 -- Store a message in the delayed table, due after %(delay_ms)s milliseconds (database clock).
 INSERT INTO {delayed} (headers, body, due)
-VALUES (%(headers)s, %(body)s, (now() AT TIME ZONE 'UTC') + %(delay_ms)s::bigint * INTERVAL '1 millisecond')
+VALUES (%(headers)s, %(body)s, (statement_timestamp() AT TIME ZONE 'UTC') + %(delay_ms)s::bigint * INTERVAL '1 millisecond')
 
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest rows no other receiver holds, and return them.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
-RETURNING id, seq, (expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC')) AS expired, headers, body
+RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- lock_batch --
 -- Lock (without deleting) up to %(batch_size)s of the oldest rows no other receiver holds.
-SELECT id, seq, (expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- lock_after --
 -- Lock rows after a position, oldest first (walks a queue without taking rows others hold).
-SELECT id, seq, (expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- browse --
 -- Read rows after a position without locking or deleting them.
-SELECT id, seq, (expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- delete_by_seq --
@@ -118,14 +118,14 @@ SELECT headers FROM {queue} ORDER BY seq LIMIT 1
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} WHERE expires < (now() AT TIME ZONE 'UTC')
+WHERE seq IN (SELECT seq FROM {queue} WHERE expires < (statement_timestamp() AT TIME ZONE 'UTC')
               LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
 
 -- move_due_delayed --
 -- Move up to %(batch_size)s due delayed messages into the endpoint's input queue (new Id).
 WITH due AS (
     DELETE FROM {delayed}
-    WHERE seq IN (SELECT seq FROM {delayed} WHERE due < (now() AT TIME ZONE 'UTC')
+    WHERE seq IN (SELECT seq FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
                   ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
     RETURNING headers, body, seq
 )
