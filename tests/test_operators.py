@@ -267,14 +267,17 @@ if when == "before_commit":
         return path
     ops._ParquetTarget.write = write
 elif when == "after_commit":
-    original = ops.SqlQueueDrainOperator._one_batch
-    def one_batch(self, *args):
-        result = original(self, *args)
+    from contextlib import contextmanager
+    from airflow_sqlqueue.transport.transport import SqlQueueTransport
+    original = SqlQueueTransport.receiving
+    @contextmanager
+    def receiving(self, *args, **kwargs):
+        with original(self, *args, **kwargs) as batch:
+            yield batch
         count["n"] += 1
         if count["n"] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # committed, nothing returned yet
-        return result
-    ops.SqlQueueDrainOperator._one_batch = one_batch
+    SqlQueueTransport.receiving = receiving
 op = ops.SqlQueueDrainOperator(task_id="crash", queue_name="audit", sqlqueue_conn_id="sqlqueue_crash",
                                output_path=sys.argv[3], max_messages=None, batch_size=10)
 print(len(op.execute({{"run_id": "crash"}})))

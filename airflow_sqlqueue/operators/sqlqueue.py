@@ -14,7 +14,6 @@ import json
 import os
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 #: Key under which a drain keeps what it already handed downstream (survives retries of the task instance).
 SPOOL_KEY = "sqlqueue_drain_spool"
 #: Receive retries after a deadlock or a lost connection, per batch.
-BATCH_RETRIES = 5
 DEFAULT_MAX_MESSAGES = 1000
 DEFAULT_BATCH_SIZE = 100
 
@@ -351,74 +349,11 @@ class SqlQueueDrainOperator(BaseOperator):
     # -- the receive loop --------------------------------------------------------------------------------
     def _drain(self, transport: SqlQueueTransport, sink: Callable[[list[ReceivedMessage]], int],
                budget: int | None) -> int:
-        """Receive batches with ``max_concurrency`` threads; ``sink`` stores each batch before its commit."""
-        lock = threading.Lock()
-        deadline = None if self.max_duration is None else time.monotonic() + self.max_duration
-        state = {"left": budget, "stop": False, "delivered": 0}
-        errors: list[BaseException] = []
-
-        def reserve() -> int:
-            with lock:
-                if state["stop"] or (deadline is not None and time.monotonic() >= deadline):
-                    return 0
-                if state["left"] is None:
-                    return self.batch_size
-                n = max(0, min(self.batch_size, state["left"]))
-                state["left"] -= n
-                return n
-
-        def worker() -> None:
-            try:
-                while (n := reserve()) > 0:
-                    delivered, taken = 0, 0
-                    try:
-                        delivered, taken = self._one_batch(transport, n, sink)
-                    finally:
-                        with lock:
-                            state["delivered"] += delivered
-                            if state["left"] is not None:
-                                state["left"] += n - delivered
-                    if taken == 0:
-                        with lock:
-                            state["stop"] = True
-                        return
-            except BaseException as exc:  # surfaced after the other receivers stop
-                with lock:
-                    state["stop"] = True
-                errors.append(exc)
-
-        if self.max_concurrency == 1:
-            worker()
-        else:
-            threads = [threading.Thread(target=worker, name=f"sqlqueue-drain-{i}", daemon=True)
-                       for i in range(self.max_concurrency)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        if errors:
-            raise errors[0]
-        return int(state["delivered"])
-
-    def _one_batch(self, transport: SqlQueueTransport, n: int,
-                   sink: Callable[[list[ReceivedMessage]], int]) -> tuple[int, int]:
-        """One receive transaction; return (messages delivered, rows taken)."""
-        dialect = transport.dialect
-        for attempt in range(BATCH_RETRIES + 1):
-            try:
-                with transport.receiving(self.queue_name, n) as batch:
-                    delivered = sink(batch.messages) if batch.messages else 0
-                    stats = batch.stats
-                    taken = len(batch.messages) + stats.expired + stats.poison + stats.forwarded
-                return delivered, taken
-            except Exception as exc:
-                retryable = dialect.is_deadlock(exc) or dialect.is_connection_lost(exc)
-                if not retryable or attempt >= BATCH_RETRIES:
-                    raise
-                self.log.warning("receive from %s failed (%s), retrying (%d/%d)", self.queue_name, exc, attempt + 1,
-                                 BATCH_RETRIES)
-                time.sleep(min(5.0, 0.2 * 2 ** attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit."""
+        summary = transport.drain(self.queue_name, sink, max_messages=budget, max_duration=self.max_duration,
+                                  batch_size=self.batch_size, concurrency=self.max_concurrency)
+        self.log.info("drain of %s: %s", self.queue_name, summary.as_dict())
+        return summary.delivered
 
 
 def _parquet_schema() -> Any:

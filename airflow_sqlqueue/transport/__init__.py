@@ -2,6 +2,7 @@
 
 from .address import QueueAddress
 from .dialects import Finding, RawRow, get_dialect
+from .drain import DrainSummary
 from .errors import (
     CircuitBreakerOpenError,
     CrossDatabaseTransactionError,
@@ -20,6 +21,7 @@ from .transport import ReceivedBatch, ReceiveStats, SqlQueueTransport, ddl_scrip
 __all__ = [
     "CircuitBreakerOpenError",
     "CrossDatabaseTransactionError",
+    "DrainSummary",
     "Finding",
     "HandlerContext",
     "InvalidAddressError",

@@ -16,12 +16,12 @@ from .errors import CrossDatabaseTransactionError, SqlQueueError
 from .failures import FailureInfoStorage
 from .messages import OutgoingMessage
 from .modes import TransactionMode
+from .receivers import ReceiverLoop
 
 if TYPE_CHECKING:
     from .transport import ReceiveStats, SqlQueueTransport
 
 log = logging.getLogger(__name__)
-DEADLOCK_RETRIES = 5
 
 
 @dataclass
@@ -168,9 +168,6 @@ class MessagePump:
                  mode: TransactionMode, *, batch_size: int = 100, concurrency: int = 1,
                  immediate_retries: int = 5, failures: FailureInfoStorage | None = None,
                  breaker: CircuitBreaker | None = None) -> None:
-        for value, what in ((batch_size, "batch_size"), (concurrency, "concurrency")):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{what} must be a positive integer, got {value!r}")
         if isinstance(immediate_retries, bool) or not isinstance(immediate_retries, int) or immediate_retries < 0:
             raise ValueError(f"immediate_retries must be 0 or more, got {immediate_retries!r}")
         self.transport = transport
@@ -183,6 +180,7 @@ class MessagePump:
         self.immediate_retries = immediate_retries
         self.failures = failures or FailureInfoStorage()
         self.breaker = breaker or CircuitBreaker(self.dialect.format_address(address))
+        self.loop = ReceiverLoop(self.dialect, self.breaker, batch_size=batch_size, concurrency=concurrency)
         self._lock = threading.Lock()
         self._ids = self.dialect.identifiers(address)
 
@@ -191,74 +189,26 @@ class MessagePump:
         """Process until ``max_messages`` rows are finished, ``max_duration`` passes, or the queue is empty."""
         total = ProcessSummary()
         started = time.monotonic()
-        deadline = None if max_duration is None else started + max_duration
-        state = {"reserved": 0, "stop": False}
-        errors: list[BaseException] = []
 
-        def reserve() -> int:
-            with self._lock:
-                if state["stop"] or (deadline is not None and time.monotonic() >= deadline):
-                    return 0
-                if max_messages is None:
-                    return self.batch_size
-                room = max_messages - total.finished - state["reserved"]
-                n = max(0, min(self.batch_size, room))
-                state["reserved"] += n
-                return n
-
-        def worker() -> None:
-            deadlocks = 0
+        def one_batch(n: int) -> tuple[int, int]:
+            part = ProcessSummary()
             try:
-                while True:
-                    n = reserve()
-                    if n == 0:
-                        return
-                    part = ProcessSummary()
-                    try:
-                        self._one_batch(n, part)
-                        self.breaker.success()
-                        deadlocks = 0
-                    except Exception as exc:
-                        if not (self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc)):
-                            raise
-                        if self.dialect.is_deadlock(exc):
-                            deadlocks += 1
-                            if deadlocks > DEADLOCK_RETRIES:
-                                raise
-                            log.warning("deadlock while receiving from %s; retrying", self.dialect.format_address(
-                                self.address))
-                        else:
-                            time.sleep(self.breaker.failure(exc))
-                    finally:
-                        with self._lock:
-                            state["reserved"] -= n
-                            total.add(part)
-                    if part.received == 0 and stop_when_empty:
-                        with self._lock:
-                            state["stop"] = True
-                        return
-            except BaseException as exc:  # surfaced to the caller after the other workers stop
+                self._one_batch(n, part)
+            finally:
                 with self._lock:
-                    state["stop"] = True
-                errors.append(exc)
+                    total.add(part)
+            return part.finished, part.received
 
-        if self.concurrency == 1:
-            worker()
-        else:
-            threads = [threading.Thread(target=worker, name=f"sqlqueue-receiver-{i}", daemon=True)
-                       for i in range(self.concurrency)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        total.seconds = time.monotonic() - started
-        if errors:
-            error = errors[0]
-            if isinstance(error, Exception):
-                explained = self.transport.explain(error, f"process {self.dialect.format_address(self.address)!r}")
-                if explained is not error:
-                    raise explained from error
-            raise error
+        try:
+            self.loop.run(one_batch, max_messages=max_messages, max_duration=max_duration,
+                          stop_when_empty=stop_when_empty)
+        except Exception as error:
+            explained = self.transport.explain(error, f"process {self.dialect.format_address(self.address)!r}")
+            if explained is not error:
+                raise explained from error
+            raise
+        finally:
+            total.seconds = time.monotonic() - started
         return total
 
     # -- one transaction ---------------------------------------------------------------------------

@@ -293,6 +293,19 @@ class SqlQueueTransport:
         if delete:
             self.dialect.execute(cursor, "delete_by_seq", {"seq": row.seq}, **self.dialect.identifiers(address))
 
+    def drain(self, queue: str | QueueAddress, sink: Callable[[list[ReceivedMessage]], int], *,
+              max_messages: int | None = None, max_duration: float | None = None, batch_size: int = 500,
+              concurrency: int = 1) -> Any:
+        """Receive batches with ``concurrency`` receivers and store each with ``sink(messages)`` before its commit.
+
+        ``sink`` returns how many messages it delivered (they count against ``max_messages``). Returns a
+        DrainSummary. Nothing is lost if the process dies: uncommitted batches return to the queue.
+        """
+        from .drain import drain
+
+        return drain(self, self.address(queue), sink, max_messages=max_messages, max_duration=max_duration,
+                     batch_size=batch_size, concurrency=concurrency)
+
     # -- processing with a handler ---------------------------------------------------------------
     def process(self, queue: str | QueueAddress, handler: Callable[..., Any], *,
                 mode: TransactionMode | str = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,

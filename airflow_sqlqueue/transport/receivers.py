@@ -1,0 +1,107 @@
+"""The receive loop shared by handler processing and draining: bounded concurrency, budget, retries."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .circuit_breaker import CircuitBreaker
+from .dialects import Dialect
+
+log = logging.getLogger(__name__)
+DEADLOCK_RETRIES = 5
+
+#: One receive transaction of up to n rows; returns (rows that count against the budget, rows taken).
+BatchFunction = Callable[[int], tuple[int, int]]
+
+
+class ReceiverLoop:
+    """Runs ``one_batch`` from ``concurrency`` threads until ``max_messages`` count, ``max_duration`` passes,
+    or a batch finds the queue empty.
+
+    A deadlock rolls the batch back and is retried (``DEADLOCK_RETRIES`` in a row at most); a lost connection
+    is retried after the circuit breaker's delay, and raises once the breaker triggers. Any other error stops
+    every receiver and is raised.
+    """
+
+    def __init__(self, dialect: Dialect, breaker: CircuitBreaker, *, batch_size: int, concurrency: int) -> None:
+        for value, what in ((batch_size, "batch_size"), (concurrency, "concurrency")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{what} must be a positive integer, got {value!r}")
+        self.dialect = dialect
+        self.breaker = breaker
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+
+    def run(self, one_batch: BatchFunction, *, max_messages: int | None = None, max_duration: float | None = None,
+            stop_when_empty: bool = True) -> int:
+        """Receive until done; return the rows that counted against the budget."""
+        if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
+                                         or max_messages < 0):
+            raise ValueError(f"max_messages must be a positive integer or None, got {max_messages!r}")
+        if max_duration is not None and (isinstance(max_duration, bool) or not isinstance(max_duration, int | float)
+                                         or max_duration <= 0):
+            raise ValueError(f"max_duration must be a positive number of seconds, got {max_duration!r}")
+        lock = threading.Lock()
+        deadline = None if max_duration is None else time.monotonic() + max_duration
+        state = {"counted": 0, "reserved": 0, "stop": False}
+        errors: list[BaseException] = []
+
+        def reserve() -> int:
+            with lock:
+                if state["stop"] or (deadline is not None and time.monotonic() >= deadline):
+                    return 0
+                if max_messages is None:
+                    return self.batch_size
+                n = max(0, min(self.batch_size, max_messages - state["counted"] - state["reserved"]))
+                state["reserved"] += n
+                return n
+
+        def worker() -> None:
+            deadlocks = 0
+            try:
+                while (n := reserve()) > 0:
+                    counted = taken = 0
+                    try:
+                        counted, taken = one_batch(n)
+                        self.breaker.success()
+                        deadlocks = 0
+                    except Exception as exc:
+                        if self.dialect.is_deadlock(exc):
+                            deadlocks += 1
+                            if deadlocks > DEADLOCK_RETRIES:
+                                raise
+                            log.warning("deadlock while receiving (%s); retrying", exc)
+                            taken = -1
+                        elif self.dialect.is_connection_lost(exc):
+                            taken = -1
+                            time.sleep(self.breaker.failure(exc))
+                        else:
+                            raise
+                    finally:
+                        with lock:
+                            state["reserved"] -= n
+                            state["counted"] += counted
+                    if taken == 0 and stop_when_empty:
+                        with lock:
+                            state["stop"] = True
+                        return
+            except BaseException as exc:  # surfaced to the caller after the other receivers stop
+                with lock:
+                    state["stop"] = True
+                errors.append(exc)
+
+        if self.concurrency == 1:
+            worker()
+        else:
+            threads = [threading.Thread(target=worker, name=f"sqlqueue-receiver-{i}", daemon=True)
+                       for i in range(self.concurrency)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if errors:
+            raise errors[0]
+        return state["counted"]
