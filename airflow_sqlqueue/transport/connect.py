@@ -45,16 +45,22 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
 
 
 def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:
-    password = urlsplit(url).password
+    return guard_connect(open_connection, redact(url), urlsplit(url).password)
+
+
+def guard_connect(open_connection: Callable[[], Any], where: str, password: str | None) -> Callable[[], Any]:
+    """Wrap a connection factory: a failure becomes one line naming ``where``, with the password blanked."""
 
     def connect() -> Any:
         try:
             return open_connection()
+        except SqlQueueError:
+            raise
         except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if password:
                 text = text.replace(password, "***")
-            raise DatabaseConnectionError(f"cannot connect to {redact(url)}: {text}") from None
+            raise DatabaseConnectionError(f"cannot connect to {where}: {text}") from None
 
     return connect
 
