@@ -1,0 +1,1 @@
+"""The ``sqlqueue`` command line for operators, DBAs and scripts."""

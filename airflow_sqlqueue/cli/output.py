@@ -1,0 +1,75 @@
+"""Output for people (aligned tables) and for scripts (one JSON object per line)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_sqlqueue.transport import ReceivedMessage
+
+
+def message_json(message: ReceivedMessage) -> dict[str, Any]:
+    """A received message as ``{"id", "headers", "body"}`` (``body_base64`` when the body is not UTF-8)."""
+    out: dict[str, Any] = {"id": str(message.id), "headers": message.headers}
+    body = message.body or b""
+    try:
+        out["body"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body_base64"] = base64.b64encode(body).decode("ascii")
+    return out
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON object on its own line."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def age_text(seconds: float | None) -> str:
+    """A short human age: 42s, 7m, 3h, 2d."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+class Progress:
+    """A progress bar on stderr when it is a terminal and rich is installed; silent otherwise."""
+
+    def __init__(self, bar: Any = None, task: Any = None) -> None:
+        self._bar = bar
+        self._task = task
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+
+@contextmanager
+def progress(description: str, total: int | None, *, enabled: bool = True) -> Iterator[Progress]:
+    """Show progress for long work (only with ``enabled``, a terminal on stderr, and rich available)."""
+    if not enabled or not sys.stderr.isatty():
+        yield Progress()
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import Progress as RichProgress
+    except ImportError:
+        yield Progress()
+        return
+    with RichProgress(console=Console(stderr=True), transient=True) as bar:
+        yield Progress(bar, bar.add_task(description, total=total))
