@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -29,8 +30,9 @@ def redact(url: str) -> str:
 def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
     """Return (a function opening a new connection, dialect name) for a URL; nothing is opened yet."""
     if not isinstance(url, str) or "://" not in url:
+        shown = re.sub(r":[^:@/]*@", ":***@", url) if isinstance(url, str) else type(url).__name__
         raise UnsupportedConnectionError(
-            f"not a connection URL: {url!r}; use one of: {', '.join(SCHEMES)}")
+            f"not a connection URL: {shown!r} (no '://'); use one of: {', '.join(SCHEMES)}")
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         return _sqlite(url), "sqlite"

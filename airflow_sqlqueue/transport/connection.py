@@ -25,6 +25,7 @@ class ConnectionSource:
 
     def _new(self) -> Any:
         connection = self._connect()
+        self._dialect.check_connection(connection)
         self._dialect.configure(connection)
         return connection
 

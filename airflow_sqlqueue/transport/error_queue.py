@@ -43,7 +43,7 @@ def restored_headers(raw: str | None) -> str | None:
         return parsed[h.RAW_HEADERS]
     for name in h.FAILURE_HEADERS:
         parsed.pop(name, None)
-    return h.serialize_headers(parsed)
+    return h.serialize_headers(parsed, limit=None)
 
 
 def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,

@@ -38,8 +38,11 @@ class PoisonHeadersError(ValueError):
     """Stored Headers text that is not a JSON object of strings."""
 
 
-def serialize_headers(headers: Mapping[str, str | None]) -> str:
-    """Serialize headers as upstream does: compact JSON object, ``/`` as ``\\/``, non-ASCII unescaped."""
+def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX_HEADERS_CHARS) -> str:
+    """Serialize headers as upstream does: compact JSON object, ``/`` as ``\\/``, non-ASCII unescaped.
+
+    ``limit`` guards new sends; copying a stored row (error queue, forwarding) passes ``None``.
+    """
     if not isinstance(headers, Mapping):
         raise InvalidMessageError(
             f"headers must be a mapping of str to str, got {type(headers).__name__}; pass a dict")
@@ -59,9 +62,9 @@ def serialize_headers(headers: Mapping[str, str | None]) -> str:
                 raise InvalidMessageError(f"header {key!r} cannot be encoded as UTF-8 ({exc.reason}); remove lone "
                                           "surrogates from header names and values") from None
     text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
-    if len(text) > MAX_HEADERS_CHARS:
+    if limit is not None and len(text) > limit:
         raise InvalidMessageError(
-            f"serialized headers are {len(text)} characters, over the limit of {MAX_HEADERS_CHARS}; "
+            f"serialized headers are {len(text)} characters, over the limit of {limit}; "
             "move large data into the body")
     return text
 

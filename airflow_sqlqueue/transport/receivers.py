@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from .circuit_breaker import CircuitBreaker
+from .connect import DatabaseConnectionError
 from .dialects import Dialect
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,8 @@ class ReceiverLoop:
             with lock:
                 if state["stop"] or (deadline is not None and time.monotonic() >= deadline):
                     return 0
-                if max_messages is None:
-                    return self.batch_size
-                n = max(0, min(self.batch_size, max_messages - state["counted"] - state["reserved"]))
+                n = self.batch_size if max_messages is None else max(
+                    0, min(self.batch_size, max_messages - state["counted"] - state["reserved"]))
                 state["reserved"] += n
                 return n
 
@@ -75,7 +75,7 @@ class ReceiverLoop:
                                 raise
                             log.warning("deadlock while receiving (%s); retrying", exc)
                             taken = -1
-                        elif self.dialect.is_connection_lost(exc):
+                        elif self.dialect.is_connection_lost(exc) or isinstance(exc, DatabaseConnectionError):
                             taken = -1
                             time.sleep(self.breaker.failure(exc))
                         else:
@@ -86,8 +86,13 @@ class ReceiverLoop:
                             state["counted"] += counted
                     if taken == 0 and stop_when_empty:
                         with lock:
-                            state["stop"] = True
-                        return
+                            # empty for us; but a batch in flight may still put rows back (retries)
+                            idle = state["reserved"] == 0
+                            if idle:
+                                state["stop"] = True
+                        if idle:
+                            return
+                        time.sleep(0.05)
             except BaseException as exc:  # surfaced to the caller after the other receivers stop
                 with lock:
                     state["stop"] = True

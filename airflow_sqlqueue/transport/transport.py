@@ -272,9 +272,9 @@ class SqlQueueTransport:
             stats.poison += 1
             return None
         if target is not None and not self.dialect.same_queue(target, address):
-            self.dialect.execute(cursor, "insert_raw",
-                                 {"id": self.dialect.id_param(row.id), "headers": h.serialize_headers(parsed),
-                                  "body": row.body}, **self.dialect.identifiers(target))
+            headers = h.serialize_headers(parsed, limit=None)
+            self.dialect.execute(cursor, "insert_raw", {"id": self.dialect.id_param(row.id), "headers": headers,
+                                                        "body": row.body}, **self.dialect.identifiers(target))
             stats.forwarded += 1
             return None
         return ReceivedMessage(row.id, parsed, row.body, row.seq, queue_name)
@@ -288,7 +288,7 @@ class SqlQueueTransport:
         else:
             headers = {**parse_headers(row.headers), **added}
         self.dialect.execute(cursor, "insert_raw",
-                             {"id": self.dialect.id_param(row.id), "headers": h.serialize_headers(headers),
+                             {"id": self.dialect.id_param(row.id), "headers": h.serialize_headers(headers, limit=None),
                               "body": row.body}, **self.dialect.identifiers(self.error_queue))
         if delete:
             self.dialect.execute(cursor, "delete_by_seq", {"seq": row.seq}, **self.dialect.identifiers(address))

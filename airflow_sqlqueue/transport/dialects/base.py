@@ -13,9 +13,13 @@ from functools import cache
 from typing import Any
 
 from ..address import QueueAddress
+from ..errors import UnsupportedConnectionError
 from ..sqlfile import Statement, load_statements
 
 Row = Sequence[Any]
+#: DB-API driver modules and the dialect each belongs to.
+DRIVER_DIALECTS = {"sqlite3": "sqlite", "psycopg": "postgres", "psycopg2": "postgres", "pymssql": "mssql",
+                   "_mssql": "mssql", "pyodbc": "mssql"}
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,15 @@ class Dialect:
         return None if row is None else row[0]
 
     # -- connections and transactions -------------------------------------------------------------
+    def check_connection(self, connection: Any) -> None:
+        """Refuse a connection of a driver that belongs to another dialect (clear error, nothing run)."""
+        driver = type(connection).__module__.split(".")[0]
+        owner = DRIVER_DIALECTS.get(driver)
+        if owner is not None and owner != self.name:
+            raise UnsupportedConnectionError(
+                f"a {driver} connection was given to the {self.name} dialect; use the {owner} dialect for it, or "
+                f"a connection of {', '.join(d for d, o in DRIVER_DIALECTS.items() if o == self.name)}")
+
     def configure(self, connection: Any) -> None:
         """Prepare a fresh connection (isolation level, autocommit off)."""
 
