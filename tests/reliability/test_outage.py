@@ -1,0 +1,290 @@
+"""Database outage while draining: connections terminated under the receivers, and the circuit breaker.
+
+The PostgreSQL server is shared with other engineers, so it is never restarted here: the outage is
+``pg_terminate_backend`` of this test's own backends (found by a unique ``application_name``), several times
+while a drain runs. The breaker's timing (arm at the first failure, 1 s back-off while armed, critical after
+30 s, 10 s back-off once triggered) is checked with an injected clock.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+
+import psycopg
+import pytest
+
+from airflow_sqlqueue.transport import CircuitBreakerOpenError, SqlQueueTransport, TransactionMode
+from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
+from airflow_sqlqueue.transport.connect import guard_connect
+from airflow_sqlqueue.transport.dialects import get_dialect
+from airflow_sqlqueue.transport.drain import drain
+from airflow_sqlqueue.transport.pump import MessagePump
+from airflow_sqlqueue.transport.receivers import ReceiverLoop
+
+from .helpers import (
+    MESSAGES,
+    SEED,
+    bodies,
+    count,
+    duplicates,
+    fill,
+    lost,
+    summary,
+    terminate,
+    wait_gone,
+    with_application_name,
+)
+
+OUTAGE_MESSAGES = max(MESSAGES // 2, 100)
+TERMINATIONS = 5
+CLOSED_PORT_URL = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
+
+
+class RecordingBreaker(CircuitBreaker):
+    """The real breaker, with a record of what it was told."""
+
+    def __init__(self, name: str, **kwargs) -> None:
+        super().__init__(name, **kwargs)
+        self.seen_failures = 0
+        self.delays: list[float] = []
+        self.successes_after_failure = 0
+        self._lock = threading.Lock()
+
+    def failure(self, exc: BaseException) -> float:
+        with self._lock:
+            self.seen_failures += 1
+            delay = super().failure(exc)
+            self.delays.append(delay)
+            return delay
+
+    def success(self) -> None:
+        with self._lock:
+            if self.failures:
+                self.successes_after_failure += 1
+            super().success()
+
+
+def _pg_only(db) -> None:
+    if db.kind != "postgres":
+        pytest.skip("backends to terminate: PostgreSQL")
+
+
+def _outage(db, app: str, run) -> tuple[threading.Thread, list[BaseException], int]:
+    """Run ``run()`` in a thread and terminate this test's backends TERMINATIONS times while it runs."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="outage-drain")
+    thread.start()
+    rng = random.Random(f"{SEED}:outage:{app}")
+    terminated = 0
+    rounds = 0
+    while thread.is_alive() and rounds < TERMINATIONS:
+        time.sleep(rng.uniform(0.05, 0.25))
+        terminated += terminate(db, app)
+        rounds += 1
+    thread.join(180)
+    assert not thread.is_alive(), "the drain did not finish"
+    return thread, errors, terminated
+
+
+def test_terminated_backends_while_processing(queues):
+    _pg_only(queues)
+    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
+    q = queues.q("orders")
+    sent = fill(queues, q, OUTAGE_MESSAGES)
+    t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
+    handled: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(message, context):
+        context.send(queues.q("replies"), b"reply-" + message.body)
+        time.sleep(0.0002)  # long enough for the terminations to land mid-drain
+        with lock:
+            handled.append(message.body)
+
+    breaker = RecordingBreaker(t.name(q))
+    pump = MessagePump(t, t.address(q), handler, TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=20,
+                       concurrency=4, immediate_retries=0, breaker=breaker)
+    try:
+        _, errors, terminated = _outage(queues, app, pump.run)
+        assert not errors, errors
+        left = count(queues, "orders")  # rows a dying backend still held when a receiver found "nothing"
+        if left:
+            pump.run()
+    finally:
+        t.close()
+    wait_gone(queues, app)
+    missing = lost(sent, handled)
+    assert not missing, f"{len(missing)} lost"
+    assert count(queues, "orders") == 0 and count(queues, "error") == 0
+    # sends are atomic with the receive: a rolled-back batch took its replies with it, so exactly one each
+    assert Counter(bodies(queues, "replies")) == Counter(b"reply-" + b for b in sent)
+    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
+    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
+    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    summary("terminate_backend[process]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated, lost=0,
+            breaker_failures=breaker.seen_failures, redelivered=len(duplicates(handled)), left_for_rerun=left)
+
+
+def test_terminated_backends_while_draining(queues):
+    _pg_only(queues)
+    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
+    q = queues.q("orders")
+    sent = fill(queues, q, OUTAGE_MESSAGES)
+    t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
+    stored: list[bytes] = []
+    lock = threading.Lock()
+
+    def sink(messages):
+        time.sleep(0.002)
+        with lock:
+            stored.extend(m.body for m in messages)
+        return len(messages)
+
+    breaker = RecordingBreaker(t.name(q))
+
+    def run():
+        drain(t, t.address(q), sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
+              breaker=breaker)
+
+    try:
+        _, errors, terminated = _outage(queues, app, run)
+        assert not errors, errors
+        left = count(queues, "orders")
+        if left:
+            run()
+    finally:
+        t.close()
+    wait_gone(queues, app)
+    missing = lost(sent, stored)
+    assert not missing, f"{len(missing)} lost"
+    assert count(queues, "orders") == 0
+    assert terminated > 0 and breaker.seen_failures > 0
+    assert not breaker.triggered
+    summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated, lost=0,
+            breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)), left_for_rerun=left)
+
+
+# -- circuit breaker timing with an injected clock ----------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_breaker_arms_backs_off_and_triggers_after_30s():
+    clock = Clock()
+    breaker = CircuitBreaker("q", clock=clock)
+    boom = ConnectionError("down")
+    assert breaker.failure(boom) == 1.0  # armed at the first failure
+    for _ in range(29):
+        clock.now += 1.0
+        assert breaker.failure(boom) == 1.0
+    clock.now += 0.999  # 29.999 s after arming: still armed
+    assert breaker.failure(boom) == 1.0 and not breaker.triggered
+    clock.now += 0.001
+    with pytest.raises(CircuitBreakerOpenError, match="failed for 30 s") as info:
+        breaker.failure(boom)
+    assert info.value.__cause__ is boom and breaker.triggered
+
+
+def test_breaker_on_critical_called_once_then_10s_backoff_and_disarm():
+    clock = Clock()
+    critical: list[BaseException] = []
+    breaker = CircuitBreaker("q", clock=clock, on_critical=critical.append)
+    boom = ConnectionError("down")
+    breaker.failure(boom)
+    clock.now += 30
+    assert breaker.failure(boom) == 10.0 and critical == [boom]
+    clock.now += 10
+    assert breaker.failure(boom) == 10.0 and len(critical) == 1  # called once, not per failure
+    breaker.success()
+    assert not breaker.triggered and breaker.failures == 0
+    clock.now += 100
+    assert breaker.failure(boom) == 1.0  # re-armed from now: the old outage does not count
+    clock.now += 29
+    assert breaker.failure(boom) == 1.0 and len(critical) == 1
+
+
+def test_receive_loop_sleeps_the_breaker_delays_then_raises(monkeypatch):
+    clock = Clock()
+    slept: list[float] = []
+
+    def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", fake_sleep)
+    breaker = CircuitBreaker("q", clock=clock)
+    loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
+
+    def one_batch(n: int) -> tuple[int, int]:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with pytest.raises(CircuitBreakerOpenError):
+        loop.run(one_batch)
+    assert slept == [1.0] * 30  # 1 s per failure while armed; the 31st failure, at 30 s, is critical
+
+
+def test_receive_loop_recovers_when_the_database_returns(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", lambda s: setattr(clock, "now",
+                                                                                              clock.now + s))
+    breaker = CircuitBreaker("q", clock=clock)
+    loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
+    outcomes = iter([psycopg.OperationalError("down")] * 12 + [(10, 10), (5, 5), (0, 0)])
+
+    def one_batch(n: int) -> tuple[int, int]:
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert loop.run(one_batch) == 15
+    assert breaker.failures == 0 and not breaker.triggered
+
+
+# -- the server refusing connections (what a restart looks like) ---------------------------------------------
+def test_refused_connections_back_off_until_the_breaker_triggers():
+    transport = SqlQueueTransport.from_url(CLOSED_PORT_URL)
+    breaker = CircuitBreaker(transport.name("orders"), timeout=0.3, armed_delay=0.02, triggered_delay=0.02)
+    pump = MessagePump(transport, transport.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+                       breaker=breaker)
+    with pytest.raises(CircuitBreakerOpenError):
+        pump.run()
+
+
+def test_process_survives_a_restart_window(queues):
+    _pg_only(queues)
+    q = queues.q("orders")
+    sent = fill(queues, q, 200)
+    real = psycopg.connect
+    refusals = {"left": 3}
+
+    def connect():
+        if refusals["left"]:
+            refusals["left"] -= 1
+            return real(CLOSED_PORT_URL)  # refused, as while PostgreSQL restarts
+        return real(queues.url, autocommit=False)
+
+    t = SqlQueueTransport(guard_connect(connect, "the test server", None), "postgres", error_queue=queues.q("error"))
+    handled: list[bytes] = []
+    pump = MessagePump(t, t.address(q), lambda m, c: handled.append(m.body), TransactionMode.RECEIVE_ONLY,
+                       breaker=CircuitBreaker("q", armed_delay=0.02))
+    try:
+        pump.run()
+    finally:
+        t.close()
+    assert set(handled) == sent

@@ -1,0 +1,124 @@
+"""No password from a connection appears in any error message, traceback or log line (DEBUG included).
+
+Passwords are unique (``s3cr3t-<uuid>``) so a leak anywhere is found by a plain substring search. The
+PostgreSQL server here uses trust authentication, so a "wrong password" is accepted: the real-server cases
+are a missing database and a full send/process/fail cycle with the password in the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+import uuid
+
+import pytest
+
+import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
+from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
+from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
+from airflow_sqlqueue.transport.pump import MessagePump
+
+from .workers import InjectedFailure
+
+LOGGERS = "airflow_sqlqueue"
+
+
+def _secret() -> str:
+    return "s3cr3t-" + uuid.uuid4().hex
+
+
+def _all_text(exc: BaseException) -> str:
+    """str, repr and the full formatted traceback, chained causes and contexts included."""
+    parts = [str(exc), repr(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))]
+    seen = set()
+    inner = exc.__cause__ or exc.__context__
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        parts += [str(inner), repr(inner)]
+        inner = inner.__cause__ or inner.__context__
+    return "\n".join(parts)
+
+
+def _assert_clean(secret: str, caplog, *texts: str) -> int:
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    for record in caplog.records:  # format exc_info too (exc_text is filled only by a formatter)
+        if record.exc_info:
+            logged += "".join(traceback.format_exception(*record.exc_info))
+    for text in (*texts, logged):
+        assert secret not in text, "the password leaked"
+    return len(caplog.records)
+
+
+def test_closed_port_errors_and_logs_free_of_the_password(caplog):
+    caplog.set_level(logging.DEBUG, logger=LOGGERS)
+    secret = _secret()
+    url = f"postgresql://postgres:{secret}@127.0.0.1:1/test?connect_timeout=2"
+    texts = []
+    with SqlQueueTransport.from_url(url) as t:
+        for operation in (lambda: t.send("orders", b"x"), lambda: t.peek("orders"), lambda: t.receive("orders"),
+                          lambda: t.create_queue("orders"),
+                          lambda: MessagePump(t, t.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+                                              breaker=CircuitBreaker("orders", timeout=0.05, armed_delay=0.01,
+                                                                     triggered_delay=0.01)).run()):
+            with pytest.raises(Exception) as info:
+                operation()
+            texts.append(_all_text(info.value))
+            assert "***" in str(info.value) and "127.0.0.1" in str(info.value), str(info.value)
+    _assert_clean(secret, caplog, *texts)
+
+
+def test_real_server_errors_and_logs_free_of_the_password(db, caplog):
+    if db.kind != "postgres":
+        pytest.skip("passwords: PostgreSQL")
+    caplog.set_level(logging.DEBUG, logger=LOGGERS)
+    secret = _secret()
+    with_password = db.url.replace("postgres@", f"postgres:{secret}@", 1)
+    texts = []
+    # a database that does not exist: the server answers with an error
+    with SqlQueueTransport.from_url(with_password.rsplit("/", 1)[0] + "/no_such_db_" + uuid.uuid4().hex[:6]) as t:
+        with pytest.raises(Exception) as info:
+            t.peek("orders")
+        texts.append(_all_text(info.value))
+    # a whole working cycle with failures, poison rows and a missing queue, all logged at DEBUG
+    with SqlQueueTransport.from_url(with_password, error_queue=db.q("error")) as t:
+        t.create_queues([db.q("orders"), db.q("error")])
+        t.send_many(db.q("orders"), [b"a", b"b"])
+        db.sql(f'INSERT INTO "{db.schema}"."orders" (id, headers, body) VALUES (%s, %s, %s)',  # noqa: S608
+               (str(uuid.uuid4()), "not json", b"p"))
+
+        def handler(message, context):
+            raise InjectedFailure(f"refused {message.body!r}")
+
+        summary = t.process(db.q("orders"), handler, immediate_retries=1)
+        assert summary.failed == 2 and summary.poison == 1
+        with pytest.raises(Exception) as info:
+            t.send(db.q("missing"), b"x")
+        texts.append(_all_text(info.value))
+        texts += [h for _, h, _ in ((r.id, r.headers, r.body) for r in t.browse(db.q("error")))]
+    assert _assert_clean(secret, caplog, *texts) > 0, "nothing was logged: the check proves nothing"
+
+
+def test_malformed_url_error_free_of_the_password():
+    secret = _secret()
+    with pytest.raises(Exception) as info:
+        SqlQueueTransport.from_url(f"postgresql:/postgres:{secret}@127.0.0.1:5432/test")
+    assert secret not in _all_text(info.value)
+
+
+def test_airflow_hook_errors_and_logs_free_of_the_password(monkeypatch, caplog):
+    from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
+
+    caplog.set_level(logging.DEBUG)
+    secret = _secret()
+    conn_id = "rel_secret_" + uuid.uuid4().hex[:6]
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
+        {"conn_type": "postgres", "host": "127.0.0.1", "port": 1, "login": "postgres", "password": secret,
+         "schema": "test", "extra": {"connect_timeout": 2}}))
+    hook = SqlQueueHook(conn_id)
+    with pytest.raises(Exception) as info:
+        hook.get_transport().peek("orders")
+    hook.close()
+    text = _all_text(info.value)
+    assert conn_id in str(info.value)
+    _assert_clean(secret, caplog, text, repr(hook))
