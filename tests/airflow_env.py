@@ -87,3 +87,37 @@ def task_states(dag_run: Any) -> dict[str, str]:
     with create_session() as session:
         tis = dag_run.get_task_instances(session=session)
         return {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis}
+
+
+# -- the provider's own dags/ folder (maintenance and example DAGs) -------------------------------------------
+PROJECT_DAGS_FOLDER = Path(__file__).resolve().parent.parent / "dags"
+PROJECT_BUNDLE = "sqlqueue-dags"
+
+
+def use_project_dags() -> None:
+    """Add ``dags/`` as a second DAG bundle beside ``dags-folder`` (``tests/dags``), so ``dag.test()`` runs its DAGs.
+
+    ``dag.test()`` serializes the DAG by parsing the bundle that holds its file; a DAG loaded from outside every
+    bundle fails with "the dag is not serialized". The bundle list is read from the configuration each time.
+    """
+    os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
+        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+        {"name": PROJECT_BUNDLE, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+         "kwargs": {"path": str(PROJECT_DAGS_FOLDER)}},
+    ])
+
+
+def load_project_dag(dag_id: str, filename: str) -> Any:
+    """A DAG from a file in the project's ``dags/`` (call ``use_project_dags()`` first), failing on import errors."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(PROJECT_DAGS_FOLDER / filename))
+    assert bag.import_errors == {}, bag.import_errors
+    assert dag_id in bag.dags, f"{dag_id} not in {sorted(bag.dags)}"
+    return bag.dags[dag_id]
+
+
+def record_alert(context: Any) -> None:
+    """An ``alert_callback`` for tests: appends the breaches it got to ``$SQLQUEUE_TEST_ALERT_FILE`` (JSON lines)."""
+    with open(os.environ["SQLQUEUE_TEST_ALERT_FILE"], "a", encoding="utf-8") as f:
+        f.write(json.dumps(context["sqlqueue_breaches"]) + "\n")

@@ -1,0 +1,284 @@
+"""Which connections and queues the maintenance DAGs work on, read without editing code.
+
+Sources, first found wins: the DAG run's ``config`` param, the Airflow Variable ``sqlqueue_maintenance``
+(JSON), the JSON or YAML file named by the environment variable ``SQLQUEUE_MAINTENANCE_CONFIG``; without any,
+every queue discovered on the connection ``sqlqueue_default``. The DAG params ``connections`` and ``queues``
+then narrow that down. Format (every key optional)::
+
+    {
+      "connections": {
+        "orders_db": {
+          "queues": null,                     # null: discover; a list; or {"queue": {thresholds}}
+          "schemas": ["sales"],               # discovery: only these schemas
+          "include": ["*"], "exclude": ["audit*"],   # discovery: glob patterns on the table name
+          "error_queue": "error",
+          "thresholds": {"max_depth": 1000, "max_age_seconds": 900},
+          "record_health_samples": false
+        }
+      },
+      "thresholds": {"max_depth": null, "max_age_seconds": null},   # defaults for every connection
+      "purge_batch_size": 10000,
+      "record_health_samples": false,
+      "health_samples_table": "sqlqueue_health_samples",
+      "alert_callback": "my_package.alerts.queue_health_notifier"
+    }
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: The Airflow Variable holding the configuration (JSON).
+VARIABLE = "sqlqueue_maintenance"
+#: Environment variable naming a JSON (or YAML) configuration file, used when the Variable is not set.
+CONFIG_ENV = "SQLQUEUE_MAINTENANCE_CONFIG"
+DEFAULT_CONN_ID = "sqlqueue_default"
+DEFAULT_SAMPLES_TABLE = "sqlqueue_health_samples"
+THRESHOLD_KEYS = ("max_depth", "max_age_seconds")
+_TOP_KEYS = {"connections", "thresholds", "purge_batch_size", "record_health_samples", "health_samples_table",
+             "alert_callback"}
+_CONN_KEYS = {"queues", "schemas", "include", "exclude", "error_queue", "thresholds", "record_health_samples"}
+
+
+class MaintenanceConfigError(ValueError):
+    """The maintenance configuration is malformed (the message names the key and the source)."""
+
+
+@dataclass
+class Target:
+    """One queue on one connection, with the health thresholds that apply to it."""
+
+    conn_id: str
+    queue: str
+    max_depth: int | None = None
+    max_age_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ConnectionConfig:
+    """What to maintain on one Airflow connection."""
+
+    conn_id: str
+    queues: list[str] | None = None
+    queue_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    schemas: list[str] | None = None
+    include: list[str] = field(default_factory=lambda: ["*"])
+    exclude: list[str] = field(default_factory=list)
+    error_queue: str = "error"
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    record_health_samples: bool | None = None
+
+
+@dataclass
+class MaintenanceConfig:
+    """The whole configuration, after params were applied."""
+
+    connections: list[ConnectionConfig]
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    purge_batch_size: int = 10_000
+    record_health_samples: bool = False
+    health_samples_table: str = DEFAULT_SAMPLES_TABLE
+    alert_callback: str | None = None
+    source: str = "default"
+
+    def connection(self, conn_id: str) -> ConnectionConfig:
+        for conn in self.connections:
+            if conn.conn_id == conn_id:
+                return conn
+        return ConnectionConfig(conn_id)
+
+    def records_samples(self, conn_id: str) -> bool:
+        own = self.connection(conn_id).record_health_samples
+        return self.record_health_samples if own is None else bool(own)
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+def raw_config(params: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """The configuration dict and where it came from (``params``, ``variable``, a file path, ``default``)."""
+    given = (params or {}).get("config")
+    if given:
+        return _as_dict(given, "the 'config' param"), "params"
+    text = _variable_text()
+    if text:
+        return _as_dict(text, f"Variable {VARIABLE!r}"), "variable"
+    path = os.environ.get(CONFIG_ENV)
+    if path:
+        return _read_file(Path(path)), path
+    return {}, "default"
+
+
+def load_config(params: dict[str, Any] | None = None) -> MaintenanceConfig:
+    """The configuration with the DAG params ``connections`` and ``queues`` applied."""
+    raw, source = raw_config(params)
+    config = parse_config(raw, source)
+    params = params or {}
+    wanted = params.get("connections")
+    if isinstance(wanted, str):
+        wanted = [wanted]
+    if wanted:
+        config.connections = [config.connection(conn_id) for conn_id in wanted]
+    queues = params.get("queues")
+    if isinstance(queues, str):
+        queues = [queues]
+    if queues:
+        for conn in config.connections:
+            conn.queues = list(queues)
+    return config
+
+
+def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConfig:
+    """Validate a configuration dict; unknown keys are errors (a typo must not silently do nothing)."""
+    _no_unknown(raw, _TOP_KEYS, source)
+    connections_raw = raw.get("connections")
+    if connections_raw is None:
+        connections_raw = {DEFAULT_CONN_ID: {}}
+    if isinstance(connections_raw, list):  # a plain list of connection ids: discover on each
+        connections_raw = {str(c): {} for c in connections_raw}
+    if not isinstance(connections_raw, dict) or not connections_raw:
+        raise MaintenanceConfigError(f"{source}: 'connections' must be an object of connection id to settings")
+    connections = [_connection(str(conn_id), spec or {}, source) for conn_id, spec in connections_raw.items()]
+    batch = raw.get("purge_batch_size", 10_000)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise MaintenanceConfigError(f"{source}: purge_batch_size must be a positive integer, got {batch!r}")
+    return MaintenanceConfig(
+        connections=connections,
+        thresholds=_thresholds(raw.get("thresholds"), f"{source}: thresholds"),
+        purge_batch_size=batch,
+        record_health_samples=bool(raw.get("record_health_samples", False)),
+        health_samples_table=str(raw.get("health_samples_table") or DEFAULT_SAMPLES_TABLE),
+        alert_callback=raw.get("alert_callback") or None,
+        source=source,
+    )
+
+
+def _connection(conn_id: str, spec: dict[str, Any], source: str) -> ConnectionConfig:
+    where = f"{source}: connection {conn_id!r}"
+    if not isinstance(spec, dict):
+        raise MaintenanceConfigError(f"{where} must be an object")
+    _no_unknown(spec, _CONN_KEYS, where)
+    conn = ConnectionConfig(conn_id)
+    queues = spec.get("queues")
+    if isinstance(queues, str):
+        queues = [queues]
+    if isinstance(queues, dict):
+        conn.queue_thresholds = {str(q): _thresholds(t, f"{where}: queue {q!r}") for q, t in queues.items()}
+        conn.queues = list(conn.queue_thresholds)
+    elif isinstance(queues, list):
+        conn.queues = [str(q) for q in queues]
+    elif queues is not None:
+        raise MaintenanceConfigError(f"{where}: 'queues' must be null (discover), a list or an object")
+    for key in ("schemas", "include", "exclude"):
+        value = spec.get(key)
+        if value is not None:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list):
+                raise MaintenanceConfigError(f"{where}: {key!r} must be a list of strings")
+            setattr(conn, key, [str(v) for v in value])
+    conn.error_queue = str(spec.get("error_queue") or "error")
+    conn.thresholds = _thresholds(spec.get("thresholds"), f"{where}: thresholds")
+    if spec.get("record_health_samples") is not None:
+        conn.record_health_samples = bool(spec["record_health_samples"])
+    return conn
+
+
+def _thresholds(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MaintenanceConfigError(f"{where} must be an object with {', '.join(THRESHOLD_KEYS)}")
+    _no_unknown(value, set(THRESHOLD_KEYS), where)
+    out = {}
+    for key in THRESHOLD_KEYS:
+        number = value.get(key)
+        if number is None:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int | float) or number < 0:
+            raise MaintenanceConfigError(f"{where}: {key} must be a non-negative number, got {number!r}")
+        out[key] = number
+    return out
+
+
+def _no_unknown(value: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = set(value) - known
+    if unknown:
+        raise MaintenanceConfigError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+
+
+def _as_dict(value: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise MaintenanceConfigError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise MaintenanceConfigError(f"{where} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MaintenanceConfigError(f"{CONFIG_ENV}={str(path)!r} cannot be read: {exc}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        return _as_dict(yaml.safe_load(text) or {}, str(path))
+    return _as_dict(text, str(path))
+
+
+def _variable_text() -> str | None:
+    from airflow.sdk import Variable
+
+    try:
+        return Variable.get(VARIABLE, default=None)
+    except Exception as exc:  # noqa: BLE001 - no metadata database (e.g. a script): fall back to the file
+        log.debug("Variable %s not readable: %s", VARIABLE, exc)
+        return None
+
+
+# -- targets -------------------------------------------------------------------------------------------
+def resolve_queues(conn: ConnectionConfig, transport: Any) -> list[str]:
+    """Canonical names of the queues configured (or discovered and filtered) on one connection."""
+    if conn.queues is not None:
+        return [transport.name(q) for q in conn.queues]
+    dialect = transport.dialect
+    schemas = None if conn.schemas is None else {s.lower() for s in conn.schemas}
+    chosen = []
+    for name in transport.discover():
+        address = transport.address(name)
+        schema = (address.schema or dialect.default_schema or "").lower()
+        if schemas is not None and schema not in schemas:
+            continue
+        if not any(fnmatch.fnmatchcase(address.table, p) for p in conn.include):
+            continue
+        if any(fnmatch.fnmatchcase(address.table, p) for p in conn.exclude):
+            continue
+        chosen.append(name)
+    return chosen
+
+
+def thresholds_for(config: MaintenanceConfig, conn: ConnectionConfig, queue: str, transport: Any,
+                   params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Thresholds of one queue: params, then the queue's own, the connection's, the defaults."""
+    merged = dict(config.thresholds)
+    merged.update(conn.thresholds)
+    for name, own in conn.queue_thresholds.items():
+        if transport.name(name) == queue:
+            merged.update(own)
+    for key in THRESHOLD_KEYS:
+        if (params or {}).get(key) is not None:
+            merged[key] = params[key]  # type: ignore[index]
+    return merged

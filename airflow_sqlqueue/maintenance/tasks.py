@@ -1,0 +1,325 @@
+"""Task bodies of the maintenance DAGs: each takes the run's params and returns something JSON-serialisable.
+
+The DAG files in ``dags/`` only wire these together (dynamic task mapping over ``(conn_id, queue)`` pairs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_sqlqueue.transport import SqlQueueTransport, ddl_script
+from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
+
+from . import health
+from .config import load_config, resolve_queues, thresholds_for
+
+log = logging.getLogger(__name__)
+#: Whole-purge attempts after the transport's own deadlock retries are exhausted.
+PURGE_DEADLOCK_ATTEMPTS = 3
+BROWSE_PAGE = 1000
+
+
+class QueueHealthError(AirflowFailException):
+    """A queue crossed a health threshold."""
+
+
+class SchemaFindingsError(AirflowFailException):
+    """Schema or index findings remain (not retried: a retry would find the same)."""
+
+
+@contextmanager
+def transport_for(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueueTransport]:
+    """The transport of an Airflow connection, closed afterwards."""
+    hook = SqlQueueHook(conn_id, error_queue=error_queue)
+    try:
+        yield hook.transport
+    finally:
+        hook.close()
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain-text table for the task log (``None`` shown as ``-``)."""
+    cells = [["-" if row.get(c) is None else str(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+# -- targets -------------------------------------------------------------------------------------------
+def find_targets(params: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``[{"conn_id", "queue", "max_depth", "max_age_seconds"}]`` for every configured or discovered queue."""
+    config = load_config(params)
+    targets: list[dict[str, Any]] = []
+    for conn in config.connections:
+        with transport_for(conn.conn_id, conn.error_queue) as transport:
+            for queue in resolve_queues(conn, transport):
+                limits = thresholds_for(config, conn, queue, transport, params)
+                targets.append({"conn_id": conn.conn_id, "queue": queue, "max_depth": limits.get("max_depth"),
+                                "max_age_seconds": limits.get("max_age_seconds")})
+    log.info("configuration from %s: %d queues on %s", config.source, len(targets),
+             ", ".join(c.conn_id for c in config.connections))
+    if targets:
+        log.info("queues:\n%s", format_table(targets, ("conn_id", "queue", "max_depth", "max_age_seconds")))
+    return targets
+
+
+# -- purge ---------------------------------------------------------------------------------------------
+def purge_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:
+    """Purge expired messages of one queue in batches; deadlocks are logged as warnings and retried."""
+    batch_size = (params or {}).get("batch_size") or load_config(params).purge_batch_size
+    conn_id, queue = target["conn_id"], target["queue"]
+    with transport_for(conn_id) as transport:
+        committed: list[int] = []  # rows of batches already committed (kept when a later batch deadlocks)
+        for attempt in range(1, PURGE_DEADLOCK_ATTEMPTS + 1):
+            try:
+                transport.purge_expired(queue, batch_size=int(batch_size), progress=committed.append)
+                break
+            except Exception as exc:
+                if not transport.dialect.is_deadlock(exc) or attempt == PURGE_DEADLOCK_ATTEMPTS:
+                    raise
+                log.warning("deadlock purging %s on %s after %d rows, retrying (%d/%d): %s", queue, conn_id,
+                            sum(committed), attempt, PURGE_DEADLOCK_ATTEMPTS, exc)
+                time.sleep(0.5 * attempt)
+        total = sum(committed)
+    log.info("purged %d expired messages from %s on %s (batches of %d)", total, queue, conn_id, batch_size)
+    return {"conn_id": conn_id, "queue": queue, "purged": total}
+
+
+def purge_report(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """The per-queue counts as a table in the log; ``{conn_id: {queue: purged}}``."""
+    results = list(results)
+    log.info("expired messages purged:\n%s", format_table(results, ("conn_id", "queue", "purged")))
+    log.info("total purged: %d from %d queues", sum(r["purged"] for r in results), len(results))
+    out: dict[str, dict[str, int]] = {}
+    for r in results:
+        out.setdefault(r["conn_id"], {})[r["queue"]] = r["purged"]
+    return out
+
+
+# -- schema and index check ----------------------------------------------------------------------------
+def _finding_rows(conn_id: str, findings: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"conn_id": conn_id, "queue": f.queue, "code": f.code, "repairable": f.repairable,
+             "message": f.message} for f in findings]
+
+
+def check_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:
+    """Check one queue; with the ``repair`` param, repair what can be and check again.
+
+    Returns ``{"conn_id", "queue", "found": [...], "remaining": [...], "repaired": [codes]}``.
+    """
+    repair = bool((params or {}).get("repair"))
+    conn_id, queue = target["conn_id"], target["queue"]
+    with transport_for(conn_id) as transport:
+        found = _finding_rows(conn_id, transport.check(queue))
+        remaining = found
+        if repair and any(f["repairable"] for f in found):
+            remaining = _finding_rows(conn_id, transport.check(queue, repair=True))
+    left = {f["code"] for f in remaining}
+    repaired = sorted({f["code"] for f in found} - left)
+    columns = ("queue", "code", "repairable", "message")
+    if found:
+        log.warning("%s on %s: %d findings:\n%s", queue, conn_id, len(found), format_table(found, columns))
+    if repaired:
+        log.warning("%s on %s: repaired %s", queue, conn_id, ", ".join(repaired))
+    if not remaining:
+        log.info("%s on %s: no findings%s", queue, conn_id, " left" if found else "")
+    return {"conn_id": conn_id, "queue": queue, "found": found, "remaining": remaining, "repaired": repaired}
+
+
+def check_report(results: Sequence[dict[str, Any]], params: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every finding as one table (status ``repaired`` or ``open``); fail if open ones remain and asked to."""
+    rows = []
+    for r in results:
+        open_codes = {f["code"] for f in r["remaining"]}
+        rows += [{**f, "status": "open" if f["code"] in open_codes else "repaired"} for f in r["found"]]
+        rows += [{**f, "status": "open"} for f in r["remaining"]
+                 if f["code"] not in {x["code"] for x in r["found"]}]
+    open_rows = [r for r in rows if r["status"] == "open"]
+    if not rows:
+        log.info("no findings on %d queues", len(results))
+        return rows
+    text = format_table(rows, ("conn_id", "queue", "code", "repairable", "status", "message"))
+    log.warning("%d findings on %d queues (%d open):\n%s", len(rows), len(results), len(open_rows), text)
+    if open_rows and (params or {}).get("fail_on_findings", True):
+        hint = "" if (params or {}).get("repair") else "; trigger with repair=true to fix the repairable ones"
+        raise SchemaFindingsError(f"{len(open_rows)} schema/index findings open: "
+                                  + "; ".join(f"{r['queue']}: {r['code']}" for r in open_rows) + hint)
+    return rows
+
+
+# -- queue health --------------------------------------------------------------------------------------
+def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
+    """Depth and oldest age of one queue, with its thresholds and what crossed them."""
+    with transport_for(target["conn_id"]) as transport:
+        measured = health.sample(transport, target["queue"])
+    limits = {k: target.get(k) for k in ("max_depth", "max_age_seconds")}
+    result = {"conn_id": target["conn_id"], **measured, **limits, "breaches": health.breaches(measured, limits)}
+    log.info("%s on %s: depth %d, oldest %s s%s", result["queue"], result["conn_id"], result["depth"],
+             result["oldest_age_seconds"], (" - " + "; ".join(result["breaches"])) if result["breaches"] else "")
+    return result
+
+
+def health_report(samples: Sequence[dict[str, Any]], params: dict[str, Any] | None,
+                  context: Any = None) -> list[dict[str, Any]]:
+    """Log the samples as a table, record them if configured, alert and fail when a threshold is crossed."""
+    samples = list(samples)
+    config = load_config(params)
+    rows = [{**s, "status": "; ".join(s["breaches"]) or "ok"} for s in samples]
+    log.info("queue health:\n%s", format_table(
+        rows, ("conn_id", "queue", "depth", "oldest_age_seconds", "max_depth", "max_age_seconds", "status")))
+    for conn_id in sorted({s["conn_id"] for s in samples}):
+        if config.records_samples(conn_id):
+            with transport_for(conn_id) as transport:
+                n = health.record_samples(transport, [s for s in samples if s["conn_id"] == conn_id],
+                                          config.health_samples_table)
+            log.info("recorded %d samples into %s on %s", n, config.health_samples_table, conn_id)
+    crossed = [s for s in samples if s["breaches"]]
+    if not crossed:
+        return samples
+    text = "; ".join(f"{s['queue']} on {s['conn_id']}: {', '.join(s['breaches'])}" for s in crossed)
+    if config.alert_callback:
+        callback = _import(config.alert_callback)
+        alert_context = {**dict(context or {}), "sqlqueue_breaches": crossed}
+        try:
+            callback(alert_context)
+        except Exception:  # noqa: BLE001 - a broken notifier must not hide the breach itself
+            log.exception("alert callback %s failed", config.alert_callback)
+    if (params or {}).get("on_breach", "fail") == "warn":
+        log.warning("thresholds crossed: %s", text)
+        return samples
+    raise QueueHealthError(f"thresholds crossed: {text}")
+
+
+def _import(path: str) -> Callable[..., Any]:
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"alert_callback must be a dotted path module.attribute, got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+# -- provisioning --------------------------------------------------------------------------------------
+def provision(params: dict[str, Any]) -> dict[str, Any]:
+    """Create the queues (and delayed tables) named by the params; log the DDL; check what was created."""
+    conn_id = params.get("conn_id") or "sqlqueue_default"
+    queues = list(params.get("queues") or [])
+    delayed = list(params.get("delayed_queues") or [])
+    if not queues and not delayed:
+        raise AirflowFailException("nothing to create: give 'queues' and/or 'delayed_queues' when triggering")
+    with transport_for(conn_id) as transport:
+        names = [transport.name(q) for q in queues]  # every name validated before anything is created
+        delayed_names = [transport.name(q) for q in delayed]
+        script = ddl_script(transport.dialect, names) if names else ""
+        script += ddl_script(transport.dialect, delayed_names, delayed=True) if delayed_names else ""
+        log.info("DDL for %s:\n%s", conn_id, script)
+        if params.get("dry_run"):
+            log.warning("dry run: nothing created")
+            return {"conn_id": conn_id, "created": [], "delayed": [], "ddl": script}
+        created = transport.create_queues(names) if names else []
+        created_delayed = transport.create_queues(delayed_names, delayed=True) if delayed_names else []
+        findings = [f for q in created + created_delayed for f in _finding_rows(conn_id, transport.check(q))]
+    log.info("queues ready on %s: %s", conn_id, ", ".join(created + [f"{q} (+ delayed)" for q in created_delayed]))
+    if findings:
+        log.warning("findings on existing tables:\n%s", format_table(findings, ("queue", "code", "message")))
+    return {"conn_id": conn_id, "created": created, "delayed": created_delayed, "findings": findings}
+
+
+# -- error queue ---------------------------------------------------------------------------------------
+def error_queues(params: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``[{"conn_id", "error_queue"}]``: the ``conn_id``/``error_queue`` params, or each configured connection."""
+    params = params or {}
+    config = load_config(params)
+    conn_ids = [params["conn_id"]] if params.get("conn_id") else [c.conn_id for c in config.connections]
+    return [{"conn_id": c, "error_queue": params.get("error_queue") or config.connection(c).error_queue}
+            for c in conn_ids]
+
+
+def _failure_group(raw_headers: str | None) -> tuple[str, str, dict[str, str]]:
+    try:
+        parsed = parse_headers(raw_headers)
+    except PoisonHeadersError:
+        return "(headers not JSON)", "-", {}
+    if h.RAW_HEADERS in parsed:
+        return parsed.get(h.FAILED_Q) or "(poison)", parsed.get(h.EXCEPTION_TYPE) or "-", parsed
+    return parsed.get(h.FAILED_Q) or "(no FailedQ)", parsed.get(h.EXCEPTION_TYPE) or "-", parsed
+
+
+def list_failed(target: dict[str, Any]) -> dict[str, Any]:
+    """Failed messages grouped by ``NServiceBus.FailedQ`` and exception type, as a table in the log."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    after = 0
+    with transport_for(target["conn_id"], target["error_queue"]) as transport:
+        error_queue = transport.name(target["error_queue"])
+        while True:
+            rows = transport.browse(error_queue, after_seq=after, limit=BROWSE_PAGE)
+            for row in rows:
+                failed_q, kind, parsed = _failure_group(row.headers)
+                group = groups.setdefault((failed_q, kind), {
+                    "failed_q": failed_q, "exception_type": kind, "count": 0, "first_failure": None,
+                    "last_failure": None, "example_id": str(row.id),
+                    "example_message": (parsed.get(h.EXCEPTION_MESSAGE) or "")[:120]})
+                group["count"] += 1
+                when = parsed.get(h.TIME_OF_FAILURE)
+                if when:
+                    group["first_failure"] = min(filter(None, [group["first_failure"], when]))
+                    group["last_failure"] = max(filter(None, [group["last_failure"], when]))
+                after = row.seq
+            if len(rows) < BROWSE_PAGE:
+                break
+    result = sorted(groups.values(), key=lambda g: (-g["count"], g["failed_q"], g["exception_type"]))
+    total = sum(g["count"] for g in result)
+    log.info("%d failed messages in %s on %s:\n%s", total, error_queue, target["conn_id"], format_table(
+        result, ("failed_q", "exception_type", "count", "first_failure", "last_failure", "example_message")))
+    return {**target, "error_queue": error_queue, "total": total, "groups": result}
+
+
+def return_failed(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the selected failed messages to their source queue (only when the ``retry`` param is true).
+
+    Selection by the params ``failed_q``, ``exception_type`` (full name or class name) and ``message_ids``
+    (native Ids or ``NServiceBus.MessageId`` values); none given selects every message.
+    """
+    params = params or {}
+    if not params.get("retry"):
+        raise AirflowSkipException("listing only: trigger with retry=true to return the selected messages")
+    ids = {str(i).lower() for i in params.get("message_ids") or []}
+    wanted_type = params.get("exception_type") or None
+    with transport_for(target["conn_id"], target["error_queue"]) as transport:
+        wanted_queue = transport.name(params["failed_q"]) if params.get("failed_q") else None
+
+        def select(message: Any) -> bool:
+            if ids and str(message.id).lower() not in ids and \
+                    str(message.headers.get(h.MESSAGE_ID, "")).lower() not in ids:
+                return False
+            if wanted_queue is not None:
+                try:
+                    if transport.name(message.headers.get(h.FAILED_Q) or "") != wanted_queue:
+                        return False
+                except ValueError:
+                    return False
+            if wanted_type:
+                kind = message.headers.get(h.EXCEPTION_TYPE) or ""
+                if kind != wanted_type and not kind.endswith("." + wanted_type):
+                    return False
+            return True
+
+        chosen = select if (ids or wanted_queue or wanted_type) else None
+        summary = transport.retry_errors(error_queue=target["error_queue"], select=chosen,
+                                         max_messages=params.get("max_messages") or None).as_dict()
+    log.info("returned %d messages from %s on %s:\n%s", summary["total_returned"], target["error_queue"],
+             target["conn_id"], format_table([{"queue": q, "returned": n} for q, n in summary["returned"].items()],
+                                             ("queue", "returned")))
+    if summary["left"]:
+        log.warning("%d selected messages stay in the error queue:\n%s", len(summary["left"]),
+                    format_table(summary["left"], ("id", "reason")))
+    return {**target, **summary}

@@ -1,0 +1,53 @@
+"""Example: drain a queue with a handler run per message inside the receive transaction."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from airflow_sqlqueue.operators.sqlqueue import SqlQueueDrainOperator
+from airflow_sqlqueue.transport import OutgoingMessage
+
+CONN_ID = os.environ.get("SQLQUEUE_EXAMPLE_CONN_ID", "sqlqueue_default")
+
+DOC = """
+### Drain with a handler
+
+`SqlQueueDrainOperator(handler=...)` calls `handle_order(message, context)` for each message inside its
+receive transaction (`sends-atomic-with-receive`): messages the handler sends with `context.send(...)` are
+written only if it succeeds. A handler that raises is retried `immediate_retries` times, then the message goes
+to the error queue with the standard NServiceBus failure headers (inspect and return it with the DAG
+`sqlqueue_error_queue`). The XCom is the summary: received, succeeded, failed, retries, expired, poison.
+
+**Configure**: `SQLQUEUE_EXAMPLE_CONN_ID` (default `sqlqueue_default`); params `queue`, `replies_queue`.
+"""
+
+
+def handle_order(message, context) -> None:
+    """Parse the order, and confirm it on the replies queue (sent only if this handler succeeds)."""
+    order = json.loads(message.body or b"{}")
+    if "order_id" not in order:
+        raise ValueError(f"message {message.id} has no order_id")  # -> retries, then the error queue
+    replies = os.environ.get("SQLQUEUE_EXAMPLE_REPLIES_QUEUE", "replies")
+    reply = OutgoingMessage(json.dumps({"order_id": order["order_id"], "status": "accepted"}),
+                            headers={"NServiceBus.EnclosedMessageTypes": "OrderAccepted",
+                                     "NServiceBus.CorrelationId": str(message.id)})
+    context.send(replies, reply)
+
+
+with DAG(
+    "example_sqlqueue_drain_with_handler",
+    schedule="*/5 * * * *",
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["sqlqueue", "example"],
+    doc_md=DOC,
+    params={"queue": Param(os.environ.get("SQLQUEUE_EXAMPLE_QUEUE", "orders"), type="string", minLength=1)},
+) as dag:
+    SqlQueueDrainOperator(task_id="drain", sqlqueue_conn_id=CONN_ID, queue_name="{{ params.queue }}",
+                          handler=handle_order, max_messages=10_000, max_duration=240, batch_size=50,
+                          max_concurrency=2, immediate_retries=3)
