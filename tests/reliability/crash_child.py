@@ -1,11 +1,17 @@
-"""A draining process for the crash test: the parent kills it with SIGKILL at a random moment.
+"""A draining process for the crash test: it dies by SIGKILL, at a chosen point or when the parent kills it.
 
-usage: python crash_child.py URL QUEUE ERROR_QUEUE (drain|process) OUT_FILE BATCH_SIZE
+usage: python crash_child.py URL QUEUE ERROR_QUEUE (drain|process) OUT_FILE BATCH_SIZE KILL_AT
 
 drain:   ``transport.receiving()`` batches; each batch is appended to OUT_FILE as JSON lines and fsync'ed
          inside the block, before the receive transaction commits (the durable store of the drain operator).
 process: ``transport.process()`` in RECEIVE_ONLY; the handler appends each body to OUT_FILE (flushed: a
          SIGKILL keeps what reached the OS) before the batch commits.
+
+KILL_AT is ``timer`` (the parent kills the child after a random delay) or ``PHASE:BATCH:K``: the child sends
+itself SIGKILL in batch number BATCH (0-based, of this run) at PHASE:
+- ``mid-batch``: after K of the batch's messages were stored/handled (0 < K < BATCH_SIZE);
+- ``stored-not-committed``: after the whole batch was stored (drain) or handled (process), before the commit;
+- ``after-commit``: once the batch has committed, before anything of the next one is stored.
 The child prints ``ready`` once connected, then drains until the queue is empty.
 """
 
@@ -14,35 +20,69 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 
 from airflow_sqlqueue.transport import SqlQueueTransport
 
 
-def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch_size: int) -> None:
+def die() -> None:
+    """SIGKILL ourselves: no cleanup, no rollback by the client, no atexit: the database must cope."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch_size: int, kill_at: str) -> None:
     logging.getLogger("airflow_sqlqueue").addHandler(logging.NullHandler())
+    phase, kill_batch, kill_k = (None, -1, -1)
+    if kill_at != "timer":
+        phase, batch_text, k_text = kill_at.split(":")
+        kill_batch, kill_k = int(batch_text), int(k_text)
     transport = SqlQueueTransport.from_url(url, error_queue=error_queue)
     transport.peek(queue)
     print("ready", flush=True)
+
+    def record(message) -> str:
+        return json.dumps({"id": str(message.id), "body": message.body.decode()}) + "\n"
+
     with open(out_path, "a", encoding="utf-8") as out:
         if mode == "drain":
+            number = 0
             while True:
                 with transport.receiving(queue, batch_size) as batch:
                     if not batch.messages:
                         break
-                    out.write("".join(json.dumps({"id": str(m.id), "body": m.body.decode()}) + "\n"
-                                      for m in batch.messages))
+                    if phase == "mid-batch" and number == kill_batch:
+                        out.write("".join(record(m) for m in batch.messages[:kill_k]))
+                        out.flush()
+                        os.fsync(out.fileno())
+                        die()
+                    out.write("".join(record(m) for m in batch.messages))
                     out.flush()
                     os.fsync(out.fileno())
-                    # the receive commits when this block ends: a kill from here on is "stored, not committed"
+                    if phase == "stored-not-committed" and number == kill_batch:
+                        die()
+                    # the receive commits when this block ends
+                if phase == "after-commit" and number == kill_batch:
+                    die()
+                number += 1
         else:
+            calls = {"n": 0}
+
             def handler(message, context) -> None:
-                out.write(json.dumps({"id": str(message.id), "body": message.body.decode()}) + "\n")
+                number, position = divmod(calls["n"], batch_size)
+                calls["n"] += 1
+                if phase == "mid-batch" and (number, position) == (kill_batch, kill_k):
+                    die()  # K messages of this batch handled, this one and the rest not
+                if phase == "after-commit" and (number, position) == (kill_batch + 1, 0):
+                    die()  # batch kill_batch committed; the next one has begun, nothing of it handled
+                out.write(record(message))
                 out.flush()
+                if phase == "stored-not-committed" and (number, position) == (kill_batch, batch_size - 1):
+                    die()  # the whole batch handled, its delete not committed
 
             transport.process(queue, handler, mode="receive-only", batch_size=batch_size, immediate_retries=0)
     transport.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7])

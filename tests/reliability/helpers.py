@@ -88,10 +88,16 @@ def lost(sent: set[bytes], *places: Iterable[bytes | None]) -> set[bytes]:
     return sent - seen
 
 
+#: The summaries of this session, printed as a table at the end by conftest.py.
+RESULTS: list[dict[str, Any]] = []
+
+
 def summary(test: str, kind: str, *, messages: int, faults: int, lost: int, **extra: Any) -> None:
-    """One line per test (shown with ``pytest -s``), also appended to SQLQUEUE_RELIABILITY_REPORT if set."""
+    """Record the figures of one test: printed in pytest's terminal summary (conftest.py), as a line with
+    ``pytest -s``, and appended to SQLQUEUE_RELIABILITY_REPORT if set."""
     fields = {"test": test, "db": kind, "messages": messages, "faults": faults, "lost": lost, **extra,
               "seed": SEED}
+    RESULTS.append(fields)
     print("\n[reliability] " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
     if REPORT:
         with open(REPORT, "a", encoding="utf-8") as out:
