@@ -38,11 +38,13 @@ class CountingHandler:
         self.attempts: Counter[bytes] = Counter()
         self.succeeded: list[bytes] = []
         self.failures = 0
+        self.threads: set[str] = set()  # receiver threads that handled something (proves they competed)
 
     def __call__(self, message, context) -> None:
         with self.lock:
             self.attempts[message.body] += 1
             attempt = self.attempts[message.body]
+            self.threads.add(threading.current_thread().name)
         if self.replies is not None:
             context.send(self.replies, b"reply-" + message.body)
         if should_fail(message.body, attempt, self.rate, self.seed):
