@@ -118,9 +118,6 @@ def test_terminated_backends_while_processing(queues):
     try:
         _, errors, terminated = _outage(queues, app, pump.run)
         assert not errors, errors
-        left = count(queues, "orders")  # rows a dying backend still held when a receiver found "nothing"
-        if left:
-            pump.run()
     finally:
         t.close()
     wait_gone(queues, app)
@@ -132,8 +129,8 @@ def test_terminated_backends_while_processing(queues):
     assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
     assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
     assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
-    summary("terminate_backend[process]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated, lost=0,
-            breaker_failures=breaker.seen_failures, redelivered=len(duplicates(handled)), left_for_rerun=left)
+    summary("terminate_backend[process]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
+            lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(duplicates(handled)))
 
 
 def test_terminated_backends_while_draining(queues):
@@ -160,19 +157,17 @@ def test_terminated_backends_while_draining(queues):
     try:
         _, errors, terminated = _outage(queues, app, run)
         assert not errors, errors
-        left = count(queues, "orders")
-        if left:
-            run()
     finally:
         t.close()
     wait_gone(queues, app)
     missing = lost(sent, stored)
     assert not missing, f"{len(missing)} lost"
-    assert count(queues, "orders") == 0
-    assert terminated > 0 and breaker.seen_failures > 0
-    assert not breaker.triggered
-    summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated, lost=0,
-            breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)), left_for_rerun=left)
+    assert count(queues, "orders") == 0  # one run drained everything: the receivers reconnected each time
+    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
+    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
+    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
+            lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)))
 
 
 # -- circuit breaker timing with an injected clock ----------------------------------------------------------
@@ -257,16 +252,54 @@ def test_receive_loop_recovers_when_the_database_returns(monkeypatch):
 
 
 # -- the server refusing connections (what a restart looks like) ---------------------------------------------
-def test_refused_connections_back_off_until_the_breaker_triggers():
+def _fake_sleep(monkeypatch, clock: Clock) -> list[float]:
+    """Make the receive loop's sleeps advance ``clock`` instead of waiting; return what it slept."""
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", sleep)
+    return slept
+
+
+def test_refused_connections_back_off_until_the_breaker_triggers(monkeypatch):
+    """A server that refuses connections (a restart): 1 s back-off per attempt, critical error at 30 s."""
+    clock = Clock()
+    slept = _fake_sleep(monkeypatch, clock)
     transport = SqlQueueTransport.from_url(CLOSED_PORT_URL)
-    breaker = CircuitBreaker(transport.name("orders"), timeout=0.3, armed_delay=0.02, triggered_delay=0.02)
+    breaker = CircuitBreaker(transport.name("orders"), clock=clock)
     pump = MessagePump(transport, transport.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
                        breaker=breaker)
-    with pytest.raises(CircuitBreakerOpenError):
+    with pytest.raises(CircuitBreakerOpenError, match="failed for 30 s") as info:
         pump.run()
+    assert slept == [1.0] * 30 and breaker.failures == 31
+    assert "cannot connect" in str(info.value.__cause__)
 
 
-def test_process_survives_a_restart_window(queues):
+def test_refused_connections_with_on_critical_back_off_10s_once_triggered(monkeypatch):
+    clock = Clock()
+    slept = _fake_sleep(monkeypatch, clock)
+    transport = SqlQueueTransport.from_url(CLOSED_PORT_URL)
+    critical: list[BaseException] = []
+    breaker = CircuitBreaker(transport.name("orders"), clock=clock, on_critical=critical.append)
+    original = breaker.failure
+
+    def failure(exc: BaseException) -> float:  # the loop would retry forever: stop it after three 10 s waits
+        if len(slept) >= 33:
+            raise CircuitBreakerOpenError("the test stops here")
+        return original(exc)
+
+    breaker.failure = failure
+    pump = MessagePump(transport, transport.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+                       breaker=breaker)
+    with pytest.raises(CircuitBreakerOpenError, match="the test stops here"):
+        pump.run()
+    assert slept == [1.0] * 30 + [10.0] * 3 and len(critical) == 1
+
+
+def test_process_survives_a_restart_window(queues, monkeypatch):
     _pg_only(queues)
     q = queues.q("orders")
     sent = fill(queues, q, 200)
@@ -281,10 +314,15 @@ def test_process_survives_a_restart_window(queues):
 
     t = SqlQueueTransport(guard_connect(connect, "the test server", None), "postgres", error_queue=queues.q("error"))
     handled: list[bytes] = []
+    clock = Clock()
+    slept = _fake_sleep(monkeypatch, clock)
+    breaker = CircuitBreaker("q", clock=clock)
     pump = MessagePump(t, t.address(q), lambda m, c: handled.append(m.body), TransactionMode.RECEIVE_ONLY,
-                       breaker=CircuitBreaker("q", armed_delay=0.02))
+                       breaker=breaker)
     try:
         pump.run()
     finally:
         t.close()
-    assert set(handled) == sent
+    assert sorted(handled) == sorted(sent), "each message handled exactly once after the restart window"
+    assert slept == [1.0] * 3 and breaker.failures == 0, "three refusals, 1 s back-off each, then disarmed"
+    assert count(queues, "orders") == 0
