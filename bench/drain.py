@@ -1,0 +1,164 @@
+"""Drain cases: the drain operator's core paths.
+
+* handler (no-op) with concurrency 1 and 4: ``transport.process`` as ``SqlQueueDrainOperator(handler=...)``
+  runs it (lock a batch of 100, handle each row, delete the batch, commit);
+* to Parquet: ``transport.drain`` with the operator's ``_ParquetTarget`` as the sink (one file per batch,
+  written, fsync'ed and renamed before the receive commits).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .databases import BenchDb
+from .receive import in_threads
+from .report import BASELINE, PROVIDER, Result, compare
+from .sizes import Sizes
+
+QUEUE = "bench_drain"
+#: The drain operator's default batch size.
+BATCH = 100
+
+
+def noop(*_: Any) -> None:
+    """The handler: does nothing, so the figure is the receive path's own cost."""
+
+
+# -- handler path ----------------------------------------------------------------------------------------
+def provider_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
+    def work() -> int:
+        with db.transport() as transport:
+            summary = transport.process(db.address(QUEUE), noop, batch_size=BATCH, concurrency=concurrency)
+        return summary.succeeded
+
+    return work
+
+
+def baseline_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
+    """By hand: lock a batch (SKIP LOCKED), call the handler per row, delete the batch by key, commit."""
+    lock, delete = db.sql("lock_batch", QUEUE), db.sql("delete_by_seqs", QUEUE)
+
+    def receiver() -> int:
+        conn = db.connect()
+        done = 0
+        try:
+            cur = conn.cursor()
+            while True:
+                db.begin(cur)
+                rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
+                for row in rows:
+                    noop(row)
+                if rows:
+                    cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
+                conn.commit()
+                if not rows:
+                    return done
+                done += len(rows)
+        finally:
+            conn.close()
+
+    return lambda: in_threads(concurrency, receiver)
+
+
+# -- Parquet path ----------------------------------------------------------------------------------------
+def parquet_sink(directory: Path) -> Callable[[list[Any]], int]:
+    """The drain operator's sink: ``_ParquetTarget.write`` of one file per batch."""
+    from airflow_sqlqueue.operators.sqlqueue import _ParquetTarget
+
+    target = _ParquetTarget(str(directory))
+
+    def sink(messages: list[Any]) -> int:
+        target.write(messages, f"bench-{uuid.uuid4().hex}.parquet")
+        return len(messages)
+
+    return sink
+
+
+def write_parquet_by_hand(rows: list[tuple], queue: str, directory: Path) -> None:
+    """The baseline's file: the same columns from the raw rows, written, fsync'ed and renamed into place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    now = datetime.now(timezone.utc)
+    table = pa.table({"id": [str(r[0]) for r in rows], "seq": [r[1] for r in rows], "queue": [queue] * len(rows),
+                      "headers": [r[3] for r in rows], "body": [bytes(r[4]) for r in rows],
+                      "received_at": [now] * len(rows)})
+    name = f"raw-{uuid.uuid4().hex}.parquet"
+    temp, final = directory / f".{name}.tmp", directory / name
+    with open(temp, "wb") as f:
+        pq.write_table(table, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, final)
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def provider_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) -> Callable[[], int]:
+    sink = parquet_sink(directory)  # imports the operator module now, not on the clock
+
+    def work() -> int:
+        with db.transport() as transport:
+            return transport.drain(db.address(queue), sink, batch_size=batch).delivered
+
+    return work
+
+
+def baseline_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) -> Callable[[], int]:
+    """By hand: DELETE ... RETURNING a batch, write its file, commit."""
+    import pyarrow.parquet  # noqa: F401 - imported now, not on the clock
+
+    receive = db.sql("receive_batch", queue)
+
+    def work() -> int:
+        directory.mkdir(parents=True, exist_ok=True)
+        conn = db.connect()
+        done = 0
+        try:
+            cur = conn.cursor()
+            while True:
+                db.begin(cur)
+                rows = cur.execute(receive, {"batch_size": batch}).fetchall()
+                if rows:
+                    write_parquet_by_hand(rows, db.address(queue), directory)
+                conn.commit()
+                if not rows:
+                    return done
+                done += len(rows)
+        finally:
+            conn.close()
+
+    return work
+
+
+def run(db: BenchDb, sizes: Sizes) -> list[Result]:
+    count = sizes.messages
+    results = []
+    for concurrency in (1, 4):
+        def setup(_: str) -> None:
+            db.reset(QUEUE)
+            db.fill(QUEUE, count)
+
+        contestants = {BASELINE: baseline_process(db, concurrency), PROVIDER: provider_process(db, concurrency)}
+        results.append(compare(Result(f"drain, no-op handler, concurrency {concurrency}", db.dialect, count),
+                               sizes.repeats, contestants, setup))
+    out = db.workdir / "parquet"
+
+    def setup_files(_: str) -> None:
+        setup("")
+        for path in out.glob("*.parquet"):
+            path.unlink()
+
+    contestants = {BASELINE: baseline_to_parquet(db, QUEUE, out, BATCH),
+                   PROVIDER: provider_to_parquet(db, QUEUE, out, BATCH)}
+    results.append(compare(Result("drain to Parquet, batches of 100", db.dialect, count), sizes.repeats,
+                           contestants, setup_files))
+    return results
