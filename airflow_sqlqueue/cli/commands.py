@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from pathlib import Path
-from typing import Any
 
-from airflow_sqlqueue.transport import OutgoingMessage, ReceivedMessage, SqlQueueTransport, ddl_script
+from airflow_sqlqueue.transport import (
+    OutgoingMessage,
+    QueueNotFoundError,
+    ReceivedMessage,
+    SqlQueueTransport,
+    ddl_script,
+)
 from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
 
-from .output import age_text, emit_json, message_json, progress, table
+from .connection import open_transport
+from .errors import FINDINGS, OK, UsageError
+from .output import age_text, emit_json, message_json, message_line, progress, table
+from .receiving import ReceiveCount, receive_and_print
 
 SEND_CHUNK = 1000
-RECEIVE_CHUNK = 500
 PROGRESS_FROM = 2000
+BROWSE_CHUNK = 500
 
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the subcommand; return the exit code."""
-    from .main import open_transport
-
     if args.command == "ddl":
         sys.stdout.write(ddl_script(args.dialect, args.queues, delayed=args.delayed))
         return 0
@@ -35,113 +45,137 @@ def run(args: argparse.Namespace) -> int:
         transport.close()
 
 
-def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    names = transport.create_queues(args.queues, delayed=args.delayed)
-    for name in names:
-        if args.json:
-            emit_json({"queue": name, "created": True, "delayed": args.delayed})
-        else:
-            print(f"created {name}" + (" (with delayed table)" if args.delayed else ""))
-    return 0
+def _positive(value: int | None, option: str) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"{option} must be 1 or more, got {value}")
 
 
-def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+def _pairs(pairs: list[str], option: str) -> dict[str, str]:
     """``K=V`` strings to a dict; a clear error for anything else."""
-    from .main import UsageError
-
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"{what} {pair!r} is not of the form KEY=VALUE")
+            raise UsageError(f"{option} {pair!r} is not of the form KEY=VALUE")
         out[key] = value
     return out
 
 
-def send(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    from .main import UsageError
+def _require(transport: SqlQueueTransport, queues: Iterable[str]) -> list[str]:
+    """Canonical names of queues that exist; every name is validated before any is looked up."""
+    names = [transport.name(q) for q in queues]
+    for name in names:
+        if not transport.exists(name):
+            raise QueueNotFoundError(f"queue {name!r} does not exist; check the name (and schema), or create it "
+                                     "with `sqlqueue create`")
+    return names
 
-    if args.count < 1:
-        raise UsageError(f"--count must be 1 or more, got {args.count}")
-    transport.address(args.queue)  # a bad name fails before anything is read or sent
-    user_headers = parse_pairs(args.header, "--header")
-    if args.body is not None:
-        bodies: list[bytes] = [args.body.encode("utf-8")]
-    elif args.body_file is not None:
-        bodies = [Path(args.body_file).read_bytes()]
-    elif not sys.stdin.isatty():
-        bodies = [line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip()]
-    else:
-        raise UsageError("nothing to send: give --body TEXT, --body-file PATH, or lines on stdin")
-    messages = []
-    for _ in range(args.count):
-        for body in bodies:
-            headers = {h.MESSAGE_ID: str(uuid.uuid4()), h.TIME_SENT: h.format_wire_time(), **user_headers}
-            messages.append(OutgoingMessage(body=body, headers=headers, time_to_be_received=args.ttbr,
-                                            delay=args.delay))
-    for message in messages[:1]:
-        message.validated()  # bad --ttbr/--delay/headers fail before anything is sent
+
+def _delayed_table(transport: SqlQueueTransport, queue: str) -> str:
+    return transport.dialect.format_address(transport.dialect.delayed_address(transport.address(queue)))
+
+
+def _progressing(args: argparse.Namespace, long: bool) -> bool:
+    """Progress bars only for people: not with --json, and only for long work (stderr must be a terminal)."""
+    return long and not args.json
+
+
+# -- create ----------------------------------------------------------------------------------------
+def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    names = [transport.name(q) for q in args.queues]  # every name valid before anything is created
+    for name in names:
+        existed = transport.exists(name)
+        transport.create_queue(name, delayed=args.delayed)
+        if args.json:
+            emit_json({"queue": name, "created": not existed, "delayed": args.delayed})
+        else:
+            print(("exists  " if existed else "created ") + name + (" (and its delayed table)" if args.delayed else ""))
+    return OK
+
+
+# -- send ------------------------------------------------------------------------------------------
+def send(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    _positive(args.count, "--count")
+    user_headers = _pairs(args.header, "--header")
+    OutgoingMessage(b"", user_headers, args.ttbr, args.delay).validated()  # bad --ttbr/--delay/headers
+    name = _require(transport, [args.queue])[0]
+    if args.delay is not None and not transport.exists(_delayed_table(transport, name)):
+        raise QueueNotFoundError(f"queue {name!r} has no delayed table for --delay; create it with "
+                                 "`sqlqueue create QUEUE --delayed`")
+    bodies = _bodies(args)
+    total = None if args.body is None and args.body_file is None else args.count
+    messages = (OutgoingMessage(body, {h.MESSAGE_ID: str(uuid.uuid4()), h.TIME_SENT: h.format_wire_time(),
+                                       **user_headers}, args.ttbr, args.delay)
+                for body in bodies for _ in range(args.count))
     sent = 0
-    with progress(f"sending to {args.queue}", len(messages), enabled=len(messages) >= PROGRESS_FROM) as bar:
-        for start in range(0, len(messages), SEND_CHUNK):
-            chunk = messages[start:start + SEND_CHUNK]
-            transport.send_many(args.queue, chunk)
+    long = total is None or total >= PROGRESS_FROM
+    with progress(f"sending to {name}", total, enabled=_progressing(args, long)) as bar:
+        while chunk := list(islice(messages, SEND_CHUNK)):
+            transport.send_many(name, chunk)
             sent += len(chunk)
             bar.advance(len(chunk))
     if args.json:
-        emit_json({"queue": transport.name(args.queue), "sent": sent})
+        emit_json({"queue": name, "sent": sent})
     else:
-        print(f"sent {sent} message{'s' if sent != 1 else ''} to {transport.name(args.queue)}")
-    return 0
+        print(f"sent {sent} message{'s' if sent != 1 else ''} to {name}")
+    return OK
 
 
-def _print_message(message: ReceivedMessage, as_json: bool) -> None:
-    if as_json:
-        emit_json(message_json(message))
-        return
-    shown = message_json(message)
-    body = shown.get("body", "base64:" + shown.get("body_base64", ""))
-    kind = message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-"
-    print(f"{message.id}  {kind}  {body}")
+def _bodies(args: argparse.Namespace) -> Iterator[bytes]:
+    """The bodies to send: --body, --body-file, or each non-blank line of stdin (line ending removed)."""
+    if args.body is not None:
+        return iter([os.fsencode(args.body)])  # the bytes given on the command line
+    if args.body_file is not None:
+        try:
+            return iter([Path(args.body_file).read_bytes()])
+        except OSError as exc:
+            raise UsageError(f"cannot read --body-file {args.body_file!r}: {exc.strerror or exc}") from None
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError("nothing to send: give --body TEXT, --body-file PATH, or lines on stdin")
+    return (line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip())
 
 
+# -- receive and peek --------------------------------------------------------------------------------
 def receive(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    from .main import UsageError
+    _positive(args.max, "--max")
+    name = _require(transport, [args.queue])[0]
+    if transport.exists(_delayed_table(transport, name)):
+        transport.move_due_delayed(name)  # as the endpoint's own mover would
+    count = ReceiveCount()
+    with progress(f"receiving from {name}", args.max,
+                  enabled=_progressing(args, args.max >= PROGRESS_FROM)) as bar:
+        def show(message: ReceivedMessage) -> None:
+            if args.json:
+                emit_json(message_json(message))
+            else:
+                sys.stdout.write(message_line(message) + "\n")
+            sys.stdout.flush()  # printed before the receive commits
+            bar.advance(1)
 
-    if args.max < 1:
-        raise UsageError(f"--max must be 1 or more, got {args.max}")
-    got = 0
-    with progress(f"receiving from {args.queue}", args.max, enabled=args.max >= PROGRESS_FROM) as bar:
-        if args.mode == "none":
-            while got < args.max:
-                batch = transport.receive(args.queue, min(RECEIVE_CHUNK, args.max - got))
-                for message in batch:
-                    _print_message(message, args.json)
-                got += len(batch)
-                bar.advance(len(batch))
-                if not batch:
-                    break
-        else:
-            def handler(message: ReceivedMessage, context: Any) -> None:
-                _print_message(message, args.json)
-                sys.stdout.flush()  # printed before the receive commits
-                bar.advance(1)
-
-            summary = transport.process(args.queue, handler, mode=args.mode, max_messages=args.max,
-                                        batch_size=min(RECEIVE_CHUNK, args.max), immediate_retries=0)
-            got = summary.succeeded
+        try:
+            receive_and_print(transport, name, args.max, show, count, held=args.mode != "none")
+        except OSError:
+            if count.lost:
+                print(f"sqlqueue: {count.lost} received message{'s' if count.lost != 1 else ''} not printed "
+                      "(stdout closed) are lost: --mode none deletes before printing", file=sys.stderr)
+            raise
     if not args.json:
-        print(f"received {got} message{'s' if got != 1 else ''}", file=sys.stderr)
-    return 1 if args.require and got == 0 else 0
+        dropped = [f"{n} {what}" for n, what in ((count.expired, "expired dropped"),
+                                                  (count.poison, "poison moved to the error queue"),
+                                                  (count.forwarded, "forwarded")) if n]
+        print(f"received {count.printed} message{'s' if count.printed != 1 else ''}"
+              + (f" ({', '.join(dropped)})" if dropped else ""), file=sys.stderr)
+    return FINDINGS if args.require and count.printed == 0 else OK
 
 
 def peek(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    depth = transport.peek(args.queue)
+    name = _require(transport, [args.queue])[0]
+    depth = transport.peek(name)
     if args.json:
-        emit_json({"queue": transport.name(args.queue), "depth": depth})
+        emit_json({"queue": name, "depth": depth})
     else:
         print(depth)
-    return 0
+    return OK
 
 
 def list_queues(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
@@ -151,56 +185,59 @@ def list_queues(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
             emit_json({"queue": name, "depth": depth, "oldest_age_seconds": age})
     else:
         print(table(["queue", "depth", "oldest"], [(n, d, age_text(a)) for n, d, a in rows]))
-    return 0
+    return OK
 
 
+# -- maintenance -------------------------------------------------------------------------------------
 def _targets(transport: SqlQueueTransport, args: argparse.Namespace) -> list[str]:
-    from .main import UsageError
-
     if args.all and args.queues:
         raise UsageError("give queue names or --all, not both")
     if args.all:
         return transport.discover()
     if not args.queues:
         raise UsageError("name at least one queue, or pass --all")
-    return [transport.name(q) for q in args.queues]
+    return _require(transport, args.queues)
 
 
 def purge_expired(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    from .main import UsageError
-
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be 1 or more, got {args.batch_size}")
+    _positive(args.batch_size, "--batch-size")
     results = []
     for queue in _targets(transport, args):
-        with progress(f"purging {queue}", None) as bar:
+        with progress(f"purging {queue}", None, enabled=_progressing(args, True)) as bar:
             count = transport.purge_expired(queue, batch_size=args.batch_size, progress=bar.advance)
         results.append((queue, count))
         if args.json:
             emit_json({"queue": queue, "purged": count})
     if not args.json:
         print(table(["queue", "purged"], results))
-    return 0
+    return OK
 
 
 def check(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    findings = []
-    for queue in _targets(transport, args):
-        findings.extend(transport.check(queue, repair=args.repair))
+    """Findings per queue; with --repair the repairable ones are fixed and reported as repaired."""
+    report = []  # (finding, status)
+    remaining = 0
+    queues = _targets(transport, args)
+    for queue in queues:
+        before = transport.check(queue)
+        after = transport.check(queue, repair=True) if args.repair and any(f.repairable for f in before) else before
+        left = {f.code for f in after}
+        report += [(f, "repaired") for f in before if f.code not in left]
+        report += [(f, "repairable" if f.repairable else "manual") for f in after]
+        remaining += len(after)
     if args.json:
-        for f in findings:
-            emit_json({"queue": f.queue, "code": f.code, "message": f.message, "repairable": f.repairable})
-    elif findings:
-        print(table(["queue", "finding", "repairable", "detail"],
-                    [(f.queue, f.code, "yes" if f.repairable else "no", f.message) for f in findings]))
+        for f, status in report:
+            emit_json({"queue": f.queue, "code": f.code, "message": f.message, "repairable": f.repairable,
+                       "repaired": status == "repaired"})
+    elif report:
+        print(table(["queue", "finding", "status", "detail"], [(f.queue, f.code, s, f.message) for f, s in report]))
     else:
-        print("no findings")
-    return 1 if findings else 0
+        print(f"no findings in {len(queues)} queue{'s' if len(queues) != 1 else ''}")
+    return FINDINGS if remaining else OK
 
 
-def _selector(filters: dict[str, str]) -> Any:
-    from .main import UsageError
-
+# -- error queue -------------------------------------------------------------------------------------
+def _selector(filters: dict[str, str]) -> Callable[[ReceivedMessage], bool]:
     fields = {"failedq": h.FAILED_Q, "exception": h.EXCEPTION_TYPE, "type": h.ENCLOSED_MESSAGE_TYPES}
     unknown = set(filters) - set(fields)
     if unknown:
@@ -213,7 +250,9 @@ def _selector(filters: dict[str, str]) -> Any:
 
 
 def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    select = _selector(parse_pairs(args.filter, "--filter"))
+    _positive(args.max, "--max")
+    select = _selector(_pairs(args.filter, "--filter"))
+    _require(transport, [transport.name(transport.error_queue)])
     if args.list:
         return _list_errors(transport, args, select)
     summary = transport.retry_errors(select=select, max_messages=args.max)
@@ -224,16 +263,15 @@ def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
         print(table(["queue", "returned"], rows) if rows else "nothing returned")
         for item in summary.left:
             print(f"left in the error queue: {item['id']}: {item['reason']}", file=sys.stderr)
-    return 0
+    return OK
 
 
-def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace, select: Any) -> int:
-    from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
-
+def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
+                 select: Callable[[ReceivedMessage], bool]) -> int:
+    """List (never take) the failed messages that match: one JSON object each, or a table grouped by cause."""
     groups: Counter[tuple[str, str]] = Counter()
     after = 0
-    while True:
-        rows = transport.browse(transport.error_queue, after_seq=after, limit=500)
+    while rows := transport.browse(transport.error_queue, after_seq=after, limit=BROWSE_CHUNK):
         for row in rows:
             after = row.seq
             try:
@@ -246,13 +284,14 @@ def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace, select:
             key = (headers.get(h.FAILED_Q) or "-", headers.get(h.EXCEPTION_TYPE) or "-")
             groups[key] += 1
             if args.json:
-                emit_json({**message_json(message), "failed_q": key[0], "exception_type": key[1],
+                emit_json({**message_json(message), "failed_q": headers.get(h.FAILED_Q),
+                           "exception_type": headers.get(h.EXCEPTION_TYPE),
                            "exception_message": headers.get(h.EXCEPTION_MESSAGE)})
-        if len(rows) < 500:
+        if len(rows) < BROWSE_CHUNK:
             break
     if not args.json:
         print(table(["failed queue", "exception", "messages"], [(q, e, n) for (q, e), n in sorted(groups.items())]))
-    return 0
+    return OK
 
 
 def demo(args: argparse.Namespace) -> int:

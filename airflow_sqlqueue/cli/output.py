@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
+from airflow_sqlqueue.transport import headers as h
 
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:
@@ -23,6 +24,14 @@ def message_json(message: ReceivedMessage) -> dict[str, Any]:
     return out
 
 
+def message_line(message: ReceivedMessage) -> str:
+    """A received message on one line for people: id, message type, body (newlines shown as \\n)."""
+    shown = message_json(message)
+    body = shown["body"] if "body" in shown else "base64:" + shown["body_base64"]
+    kind = message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-"
+    return f"{message.id}  {kind}  " + body.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON object on its own line."""
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
@@ -30,7 +39,7 @@ def emit_json(obj: Any) -> None:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    cells = [[str(name) for name in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -61,7 +70,11 @@ class Progress:
 
 @contextmanager
 def progress(description: str, total: int | None, *, enabled: bool = True) -> Iterator[Progress]:
-    """Show progress for long work (only with ``enabled``, a terminal on stderr, and rich available)."""
+    """Show progress on stderr for long work (only with ``enabled``, a terminal on stderr, and rich installed).
+
+    Output on stdout is routed above the bar only when stdout is the terminal too; redirected stdout
+    (a file, a pipe) is left alone.
+    """
     if not enabled or not sys.stderr.isatty():
         yield Progress()
         return
@@ -71,5 +84,6 @@ def progress(description: str, total: int | None, *, enabled: bool = True) -> It
     except ImportError:
         yield Progress()
         return
-    with RichProgress(console=Console(stderr=True), transient=True) as bar:
+    with RichProgress(console=Console(stderr=True), transient=True, redirect_stdout=sys.stdout.isatty(),
+                      redirect_stderr=False) as bar:
         yield Progress(bar, bar.add_task(description, total=total))

@@ -1,0 +1,62 @@
+"""The database ``sqlqueue`` works on: ``--url``, ``$SQLQUEUE_URL`` or ``--conn-id``, checked before connecting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from airflow_sqlqueue.transport import SqlQueueTransport
+
+from .errors import UsageError, one_line
+
+URL_VARIABLE = "SQLQUEUE_URL"
+
+
+def open_transport(args: argparse.Namespace) -> SqlQueueTransport:
+    """The transport named by ``--conn-id``, ``--url`` or ``$SQLQUEUE_URL`` (in that order)."""
+    if args.conn_id and args.url:
+        raise UsageError("give --url or --conn-id, not both")
+    if args.conn_id:
+        return transport_from_conn_id(args.conn_id, error_queue=args.error_queue)
+    url = args.url or os.environ.get(URL_VARIABLE)
+    if not url:
+        raise UsageError(f"no database given: pass --url URL, set {URL_VARIABLE}, or pass --conn-id ID")
+    check_url(url, creating=args.command == "create")
+    return SqlQueueTransport.from_url(url, error_queue=args.error_queue)
+
+
+def check_url(url: str, *, creating: bool) -> None:
+    """Refuse a malformed URL, and a SQLite file that does not exist (only ``create`` makes one)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise UsageError(f"bad database URL: {one_line(exc)}; e.g. postgresql://user:pass@host:5432/db") from None
+    if not url.lower().startswith("sqlite:///"):
+        return
+    path = Path(unquote(url[len("sqlite:///"):].split("?", 1)[0]))  # as transport.connect reads it
+    if str(path) in ("", ":memory:"):
+        return  # refused by the transport with its own message
+    if creating and not path.parent.is_dir():
+        raise UsageError(f"the folder of SQLite file {str(path)!r} does not exist; create it first")
+    if not creating and not path.is_file():
+        raise UsageError(f"SQLite file {str(path)!r} does not exist; check the path in the URL "
+                         "(`sqlqueue create QUEUE` makes a new database file)")
+
+
+def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
+    """A transport on an Airflow connection (needs Airflow installed)."""
+    try:
+        from airflow.sdk import BaseHook
+
+        from airflow_sqlqueue.hooks.sqlqueue import transport_for
+    except ImportError:
+        raise UsageError("--conn-id needs Apache Airflow: pip install 'airflow-provider-sqlqueue[airflow]', "
+                         "or pass --url") from None
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except Exception as exc:  # noqa: BLE001 - Airflow raises its own not-found type
+        raise UsageError(f"Airflow connection {conn_id!r} not found: {one_line(exc)}") from None
+    return transport_for(connection, **kwargs)

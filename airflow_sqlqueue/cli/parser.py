@@ -1,0 +1,125 @@
+"""The ``sqlqueue`` arguments: every subcommand with its options, help text and examples."""
+
+from __future__ import annotations
+
+import argparse
+
+from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
+
+MODES = ("receive-only", "sends-atomic-with-receive", "none")
+
+CONNECTION_HELP = """\
+connection (give it before or after the subcommand):
+  --url URL, or the SQLQUEUE_URL environment variable, or --conn-id ID (an Airflow connection)
+    sqlite:///queues.db   sqlite:////abs/path/queues.db   postgresql://user:pass@host:5432/db
+    mssql+pymssql://user:pass@host:1433/db   mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS
+
+exit codes: 0 success; 1 findings (check) or nothing received (receive --require);
+            2 usage or input error (bad argument, URL or queue name, missing queue); 3 connection or database error
+"""
+
+
+def _common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options every subcommand accepts; given after the subcommand they override those given before it."""
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--url", default=default(None), help="database URL (default: $SQLQUEUE_URL)")
+    parser.add_argument("--conn-id", default=default(None), metavar="ID",
+                        help="an Airflow connection (mssql, odbc, postgres or sqlite) instead of --url")
+    parser.add_argument("--error-queue", default=default("error"), metavar="QUEUE",
+                        help="the error queue (default: error)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="one JSON object per line, for scripts")
+    parser.add_argument("--debug", action="store_true", default=default(False),
+                        help="show tracebacks and debug logs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="sqlqueue", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONNECTION_HELP,
+        description="Operate SQL queue tables (the NServiceBus SQL transport design) on SQL Server, PostgreSQL "
+                    "and SQLite.")
+    _common_options(parser, top=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _common_options(common, top=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, parents=[common],
+                              epilog="examples:\n" + examples + "\n\n" + CONNECTION_HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = command("create", "create queue tables (idempotent; never creates schemas)",
+                "  sqlqueue --url sqlite:///q.db create orders billing error\n"
+                "  sqlqueue --url postgresql://app@db/sales create sales.orders --delayed")
+    p.add_argument("queues", nargs="+", metavar="QUEUE")
+    p.add_argument("--delayed", action="store_true", help="also create each queue's .Delayed table")
+
+    p = command("ddl", "print the DDL script for a DBA to review (no connection needed)",
+                "  sqlqueue ddl orders error --dialect mssql\n"
+                "  sqlqueue ddl '\"sales\".\"orders\"' --dialect postgres --delayed > create-queues.sql")
+    p.add_argument("queues", nargs="+", metavar="QUEUE")
+    p.add_argument("--dialect", required=True, choices=DIALECT_NAMES)
+    p.add_argument("--delayed", action="store_true", help="include the .Delayed tables")
+
+    p = command("send", "send messages: --body, --body-file, or one message per line on stdin",
+                "  sqlqueue send orders --body '{\"id\": 1}' --header NServiceBus.EnclosedMessageTypes=Sales.Order\n"
+                "  seq 1000 | sqlqueue send orders --header source=seq\n"
+                "  sqlqueue send orders --body-file order.json --ttbr 3600 --count 10\n"
+                "  sqlqueue send orders --body 'later' --delay 60        # needs: create orders --delayed")
+    p.add_argument("queue", metavar="QUEUE")
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", help="the body text (sent as UTF-8)")
+    body.add_argument("--body-file", metavar="PATH", help="a file whose bytes are the body")
+    p.add_argument("--header", action="append", default=[], metavar="K=V", help="a header (repeatable)")
+    p.add_argument("--ttbr", type=float, metavar="SECONDS", help="time to be received (the row expires after it)")
+    p.add_argument("--delay", type=float, metavar="SECONDS",
+                   help="deliver after this many seconds (stored in the queue's .Delayed table)")
+    p.add_argument("--count", type=int, default=1, metavar="N", help="send each message N times (default 1)")
+
+    p = command("receive", "take messages from a queue and print them",
+                "  sqlqueue receive orders --max 10\n"
+                "  sqlqueue --json receive orders --max 1000 > orders.jsonl\n"
+                "  sqlqueue receive orders --require || echo 'queue is empty'")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--max", type=int, default=1, metavar="N", help="at most this many messages (default 1)")
+    p.add_argument("--mode", choices=MODES, default="receive-only",
+                   help="receive-only (default) and sends-atomic-with-receive commit a message only after it is "
+                        "printed; none deletes first (a message not printed is lost)")
+    p.add_argument("--require", action="store_true", help="exit 1 when no message was received")
+
+    p = command("peek", "print the depth estimate of a queue", "  sqlqueue peek orders")
+    p.add_argument("queue", metavar="QUEUE")
+
+    command("list", "every queue table in the database, with depth and age of the oldest message",
+            "  sqlqueue --url postgresql://app@db/sales list\n  sqlqueue --json list")
+
+    p = command("purge-expired", "delete expired messages in batches",
+                "  sqlqueue purge-expired orders --batch-size 5000\n  sqlqueue purge-expired --all")
+    p.add_argument("queues", nargs="*", metavar="QUEUE")
+    p.add_argument("--all", action="store_true", help="every queue table in the database")
+    p.add_argument("--batch-size", type=int, default=10_000, metavar="N", help="rows per transaction (10000)")
+
+    p = command("check", "schema and index check (exit 1 when a finding remains)",
+                "  sqlqueue check orders\n  sqlqueue check --all --repair")
+    p.add_argument("queues", nargs="*", metavar="QUEUE")
+    p.add_argument("--all", action="store_true", help="every queue table in the database")
+    p.add_argument("--repair", action="store_true", help="fix what can be fixed (needs DDL rights)")
+
+    p = command("retry-errors", "return failed messages to the queue named in their NServiceBus.FailedQ header",
+                "  sqlqueue retry-errors --list\n"
+                "  sqlqueue retry-errors --filter failedq=orders --filter exception=TimeoutException\n"
+                "  sqlqueue retry-errors --error-queue audit_errors --max 100")
+    p.add_argument("--filter", action="append", default=[], metavar="K=V",
+                   help="failedq=, exception= or type=: a substring of the FailedQ, exception type or message "
+                        "type header (repeatable; all must match)")
+    p.add_argument("--list", action="store_true", help="only list the failed messages, change nothing")
+    p.add_argument("--max", type=int, metavar="N", help="return at most this many")
+
+    p = command("demo", "run the end-to-end demo on a SQLite file",
+                "  sqlqueue demo\n  sqlqueue demo --messages 2000")
+    p.add_argument("--output", default="demo-output", help="output folder (default ./demo-output)")
+    p.add_argument("--messages", type=int, default=10_000)
+    return parser
