@@ -88,8 +88,9 @@ DELETE FROM {queue} WHERE seq = %(seq)s
 DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
 
 -- peek --
--- Depth estimate: newest minus oldest position + 1 (both ends of the rowid: O(1)).
-SELECT COALESCE(max(seq) - min(seq) + 1, 0) FROM {queue}
+-- Depth estimate: newest minus oldest position + 1 (both ends of the rowid: O(1)). Each end is its own
+-- subquery: SQLite's min/max shortcut only applies to a lone min() or max(); together they scan the table.
+SELECT COALESCE((SELECT max(seq) FROM {queue}) - (SELECT min(seq) FROM {queue}) + 1, 0)
 
 -- head_headers --
 -- Headers of the oldest row (its TimeSent gives the age of the queue).
