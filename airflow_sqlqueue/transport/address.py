@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .errors import InvalidAddressError
 
@@ -200,6 +201,7 @@ def _pg_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+@lru_cache(maxsize=1024)  # called per received row (ReceivedMessage.queue): the char-by-char check adds up
 def format_postgres(address: QueueAddress) -> str:
     """Canonical text of an address: ``table`` or ``"schema"."table"``; quoted when needed."""
 

@@ -34,6 +34,11 @@ FAILURE_HEADERS = (FAILED_Q, TIME_OF_FAILURE, EXCEPTION_TYPE, EXCEPTION_MESSAGE,
 MAX_HEADERS_CHARS = 1_000_000
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one per call
+_STR = {str}
+_STR_OR_NONE = {str, type(None)}
+
+
 class PoisonHeadersError(ValueError):
     """Stored Headers text that is not a JSON object of strings."""
 
@@ -46,6 +51,14 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
     if not isinstance(headers, Mapping):
         raise InvalidMessageError(
             f"headers must be a mapping of str to str, got {type(headers).__name__}; pass a dict")
+    # fast path (once per message sent): exact types checked in C; anything else is explained by the loops below
+    if set(map(type, headers)) <= _STR and set(map(type, headers.values())) <= _STR_OR_NONE:
+        text = _ENCODER.encode(dict(headers))
+        try:
+            text.encode("utf-8")
+            return _within_limit(text.replace("/", "\\/"), limit)
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: the loops below name the header
     for key, value in headers.items():
         if not isinstance(key, str):
             raise InvalidMessageError(f"header names must be str, got {key!r}; convert the name to text")
@@ -61,7 +74,10 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
             except UnicodeEncodeError as exc:
                 raise InvalidMessageError(f"header {key!r} cannot be encoded as UTF-8 ({exc.reason}); remove lone "
                                           "surrogates from header names and values") from None
-    text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":")).replace("/", "\\/")
+    return _within_limit(_ENCODER.encode(dict(headers)).replace("/", "\\/"), limit)
+
+
+def _within_limit(text: str, limit: int | None) -> str:
     if limit is not None and len(text) > limit:
         raise InvalidMessageError(
             f"serialized headers are {len(text)} characters, over the limit of {limit}; "
@@ -71,7 +87,7 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
 
 def parse_headers(text: str | None) -> dict[str, str | None]:
     """Parse stored Headers; NULL or empty reads as ``{}``. Raise PoisonHeadersError if not a string map."""
-    if text is None or text.strip() == "":
+    if not text or text.isspace():
         return {}
     try:
         value = json.loads(text)
@@ -79,6 +95,8 @@ def parse_headers(text: str | None) -> dict[str, str | None]:
         raise PoisonHeadersError(f"Headers are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise PoisonHeadersError(f"Headers are JSON {type(value).__name__}, not an object")
+    if set(map(type, value.values())) <= _STR_OR_NONE:  # fast path, once per received message
+        return value
     for key, item in value.items():
         if item is not None and not isinstance(item, str):
             raise PoisonHeadersError(f"Header {key!r} is JSON {type(item).__name__}, not a string")
