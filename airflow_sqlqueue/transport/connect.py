@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -18,21 +17,34 @@ class DatabaseConnectionError(SqlQueueError):
     """The database could not be reached (message free of secrets)."""
 
 
+def _password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of a URL is, read leniently: the user info ends at the last ``@``, so a password with
+    an unencoded ``/``, ``?``, ``#`` or ``@`` (or in a URL with a typo in ``://``) is still found whole."""
+    start = url.find("://") + 3 if "://" in url else 0  # not a URL (a typo): any ':' before the '@' may start it
+    at = url.rfind("@")
+    colon = url.find(":", start, at) if at > start else -1
+    if colon < 0 or "@" in url[start:colon]:  # no user info, or a user without a password
+        return None
+    return colon + 1, at
+
+
 def redact(url: str) -> str:
     """The URL with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    span = _password_span(url)
+    return url if span is None else url[:span[0]] + "***" + url[span[1]:]
 
 
 def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
     """Return (a function opening a new connection, dialect name) for a URL; nothing is opened yet."""
     if not isinstance(url, str) or "://" not in url:
-        shown = re.sub(r":[^:@/]*@", ":***@", url) if isinstance(url, str) else type(url).__name__
+        shown = redact(url) if isinstance(url, str) else type(url).__name__
         raise UnsupportedConnectionError(
             f"not a connection URL: {shown!r} (no '://'); use one of: {', '.join(SCHEMES)}")
+    span = _password_span(url)
+    if span is not None and any(ch in url[span[0]:span[1]] for ch in "/?#@"):
+        raise UnsupportedConnectionError(
+            f"the password in {redact(url)} contains '/', '?', '#' or '@' as it is; percent-encode it "
+            "(urllib.parse.quote(password, safe=''))")
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         return _sqlite(url), "sqlite"
@@ -60,8 +72,9 @@ def guard_connect(open_connection: Callable[[], Any], where: str, password: str 
             raise
         except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if password:
-                text = text.replace(password, "***")
+            for secret in (password, unquote(password or "")):
+                if secret:
+                    text = text.replace(secret, "***")
             raise DatabaseConnectionError(f"cannot connect to {where}: {text}") from None
 
     return connect
@@ -71,7 +84,7 @@ def _sqlite(url: str) -> Callable[[], Any]:
     path = url[len("sqlite:///"):] if url.lower().startswith("sqlite:///") else ""
     if not path:
         raise UnsupportedConnectionError(f"a SQLite URL needs a file path: sqlite:///relative.db or "
-                                         f"sqlite:////absolute/path.db (got {url!r})")
+                                         f"sqlite:////absolute/path.db (got {redact(url)!r})")
     if path == ":memory:":
         raise UnsupportedConnectionError(
             "sqlite:///:memory: gives every connection its own empty database; use a file path")

@@ -1,4 +1,6 @@
-"""No password from a connection appears in any error message, traceback or log line (DEBUG included).
+"""No password from a connection appears in any error message, traceback, log line (DEBUG included), trigger
+event or output, whether the connection is a URL, an Airflow connection used by the hook, or one used by
+the triggers.
 
 Passwords are unique (``s3cr3t-<uuid>``) so a leak anywhere is found by a plain substring search. The
 PostgreSQL server here uses trust authentication, so a "wrong password" is accepted: the real-server cases
@@ -7,18 +9,23 @@ are a missing database and a full send/process/fail cycle with the password in t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import traceback
 import uuid
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
 from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
 from airflow_sqlqueue.transport.pump import MessagePump
 
+from .helpers import insert_raw
 from .workers import InjectedFailure
 
 LOGGERS = "airflow_sqlqueue"
@@ -106,6 +113,35 @@ def test_malformed_url_error_free_of_the_password():
     assert secret not in _all_text(info.value)
 
 
+URL_FORMS = [
+    "postgresql://postgres:{pw}@127.0.0.1:1/test?connect_timeout=2",  # the server is down
+    "postgresql:/postgres:{pw}@127.0.0.1:1/test",  # a typo: not a URL
+    "postgres//postgres:{pw}@127.0.0.1:1/test",
+    "mysql://user:{pw}@127.0.0.1/db",  # an unsupported scheme
+    "mssql+pymssql://sa:{pw}@127.0.0.1:1/db",
+    "sqlite://user:{pw}@/queues.db",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(special=st.text(alphabet="/?#@:%&=+ ;'\"[]{}~!$*()-_.", max_size=6), encode=st.booleans(),
+       form=st.sampled_from(URL_FORMS))
+def test_fuzz_any_password_in_a_url_stays_secret(special, encode, form):
+    """Passwords with URL syntax in them, percent-encoded or pasted as they are, in well-formed and broken URLs:
+    neither half of the password appears in the error (a driver echoing a fragment is caught too)."""
+    head, tail = "Hd" + uuid.uuid4().hex[:10], uuid.uuid4().hex[:10] + "Tl"
+    password = head + special + tail
+    url = form.format(pw=quote(password, safe="") if encode else password)
+    try:
+        with SqlQueueTransport.from_url(url) as transport:
+            transport.peek("orders")
+    except Exception as exc:  # noqa: BLE001 - every failure is checked
+        text = _all_text(exc)
+    else:
+        raise AssertionError(f"{url}: no error")
+    assert head not in text and tail not in text, text
+
+
 def test_airflow_hook_errors_and_logs_free_of_the_password(monkeypatch, caplog):
     from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 
@@ -122,3 +158,83 @@ def test_airflow_hook_errors_and_logs_free_of_the_password(monkeypatch, caplog):
     text = _all_text(info.value)
     assert conn_id in str(info.value)
     _assert_clean(secret, caplog, text, repr(hook))
+
+
+# -- triggers (the triggerer logs and stores event payloads: both must be free of the password) -----------------
+def _airflow_conn(monkeypatch, secret: str, port: int = 5432) -> str:
+    conn_id = "rel_secret_" + uuid.uuid4().hex[:6]
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
+        {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "postgres", "password": secret,
+         "schema": "test", "extra": {"connect_timeout": 2}}))
+    return conn_id
+
+
+def _first_event(trigger):
+    async def first():
+        events = trigger.run()
+        try:
+            return await anext(events)
+        finally:
+            await events.aclose()
+
+    return asyncio.run(asyncio.wait_for(first(), 60))
+
+
+def test_triggers_events_errors_and_logs_free_of_the_password(db, monkeypatch, caplog, capfd):
+    if db.kind != "postgres":
+        pytest.skip("passwords: PostgreSQL")
+    from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+    from airflow_sqlqueue.triggers.sqlqueue import SqlQueueMessageTrigger, SqlQueueTrigger
+
+    caplog.set_level(logging.DEBUG)
+    secret = _secret()
+    texts: list[str] = []
+    # the database is down: the depth trigger yields an error event, the message trigger's stream raises
+    down = _airflow_conn(monkeypatch, secret, port=1)
+    event = _first_event(SqlQueueTrigger(conn_id=down, queue="orders", poll_interval=0.1))
+    assert event.payload["status"] == "error" and down in event.payload["message"]
+    texts.append(json.dumps(event.payload))
+    producer = SqlQueueMessageTrigger.create_shared_stream_producer(
+        SqlQueueMessageTrigger(conn_id=down, queue_name="orders", poll_interval=0.1).serialize()[1])
+
+    async def open_down() -> None:
+        try:
+            await anext(producer.open_stream())
+        finally:
+            await producer.aclose()
+
+    with pytest.raises(Exception) as info:
+        asyncio.run(asyncio.wait_for(open_down(), 60))
+    texts.append(_all_text(info.value))
+    # the real server accepts the password (trust): a missing queue, then a full ack cycle with a poison row,
+    # an acknowledged and a rejected message
+    up = _airflow_conn(monkeypatch, secret)
+    event = _first_event(SqlQueueTrigger(conn_id=up, queue=db.q("missing"), poll_interval=0.1))
+    assert event.payload["status"] == "error" and "missing" in event.payload["message"]
+    texts.append(json.dumps(event.payload))
+    db.transport.create_queues([db.q("orders"), db.q("error")])
+    insert_raw(db, "orders", "not json", b"poison")
+    db.transport.send_many(db.q("orders"), [b"acked", b"rejected"])
+    event = _first_event(SqlQueueTrigger(conn_id=up, queue=db.q("orders"), min_messages=3, poll_interval=0.1))
+    assert event.payload["status"] == "success"
+    producer = SqlQueueMessageTrigger.create_shared_stream_producer(SqlQueueMessageTrigger(
+        conn_id=up, queue_name=db.q("orders"), error_queue=db.q("error"), poll_interval=0.1).serialize()[1])
+
+    async def cycle() -> list[dict]:
+        stream = producer.open_stream()
+        items = [await anext(stream) for _ in range(2)]
+        await producer.advance([AdvanceItem(items[0][1], AdvanceOutcome(acked=1, failed=0)),
+                                AdvanceItem(items[1][1], AdvanceOutcome(acked=0, failed=0, rejected=1))])
+        await stream.aclose()
+        await producer.aclose()
+        return [raw for raw, _ in items]
+
+    raws = asyncio.run(asyncio.wait_for(cycle(), 60))
+    assert [r["body"] for r in raws] == ["acked", "rejected"]
+    texts.append(json.dumps(raws))
+    errors = db.transport.browse(db.q("error"))
+    assert len(errors) == 2  # the poison row and the rejected message
+    texts += [row.headers for row in errors]
+    out, err = capfd.readouterr()
+    assert _assert_clean(secret, caplog, *texts, out, err) > 0, "nothing was logged: the check proves nothing"
