@@ -49,12 +49,12 @@ with DAG(
     def find_error_queues(params: dict | None = None) -> list[dict]:
         return tasks.error_queues(params)
 
-    @task(map_index_template="{{ sqlqueue_target }}")
+    @task(multiple_outputs=False, map_index_template="{{ sqlqueue_target }}")
     def list_failed(target: dict) -> dict:
         label(target)
         return tasks.list_failed(target)
 
-    @task(map_index_template="{{ sqlqueue_target }}")
+    @task(multiple_outputs=False, map_index_template="{{ sqlqueue_target }}")
     def return_selected(target: dict, params: dict | None = None) -> dict:
         label(target)
         return tasks.return_failed(target, params)

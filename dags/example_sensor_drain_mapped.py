@@ -45,7 +45,7 @@ with DAG(
     drain = SqlQueueDrainOperator(task_id="drain", sqlqueue_conn_id=CONN_ID, queue_name="{{ params.queue }}",
                                   max_messages=500, batch_size=50, max_concurrency=2)
 
-    @task(map_index_template="{{ message_id }}")
+    @task(multiple_outputs=False, map_index_template="{{ message_id }}")
     def process(item: dict) -> dict:
         from airflow.sdk import get_current_context
 

@@ -52,7 +52,7 @@ with DAG(
     def find_queues(params: dict | None = None) -> list[dict]:
         return tasks.find_targets(params)
 
-    @task(map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=4)
+    @task(multiple_outputs=False, map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=4)
     def check(target: dict, params: dict | None = None) -> dict:
         label(target)
         return tasks.check_queue(target, params)

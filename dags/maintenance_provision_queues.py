@@ -40,7 +40,7 @@ with DAG(
     },
 ) as dag:
 
-    @task
+    @task(multiple_outputs=False)
     def provision(params: dict | None = None) -> dict:
         return tasks.provision(params or {})
 

@@ -43,12 +43,12 @@ with DAG(
     def find_queues(params: dict | None = None) -> list[dict]:
         return tasks.find_targets(params)
 
-    @task(map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=4)
+    @task(multiple_outputs=False, map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=4)
     def purge(target: dict, params: dict | None = None) -> dict:
         label(target)
         return tasks.purge_queue(target, params)
 
-    @task
+    @task(multiple_outputs=False)
     def report(results: list[dict]) -> dict:
         return tasks.purge_report(results)
 

@@ -21,8 +21,10 @@ of them as a table and, when a queue crosses a threshold, calls the configured `
   {"orders": {"max_depth": 100}}`); the params `max_depth` and `max_age_seconds` override them for one run.
 * **Alerting**: `"alert_callback": "package.module.attribute"` in the configuration: a function or an Airflow
   notifier instance called with the task context plus `sqlqueue_breaches` (the samples that crossed).
-* **History** (optional): `"record_health_samples": true` appends each sample to the table
-  `sqlqueue_health_samples` (or `health_samples_table`) in the queue's database.
+* **History** (optional): `"record_health_samples": true` appends one row per queue and run,
+  `(conn_id, queue_name, sampled_at, depth, oldest_age_seconds)`, to the table `sqlqueue_health_samples`
+  (`health_samples_table`) in the queue's database, or in the one of `health_samples_conn_id`; rows older
+  than `health_samples_retention_days` (default 30) are deleted on each run.
 * **Configuration**: the Variable `sqlqueue_maintenance` or `$SQLQUEUE_MAINTENANCE_CONFIG` (docs/maintenance.md).
 """
 
@@ -48,7 +50,7 @@ with DAG(
     def find_queues(params: dict | None = None) -> list[dict]:
         return tasks.find_targets(params)
 
-    @task(map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=8)
+    @task(multiple_outputs=False, map_index_template="{{ sqlqueue_target }}", max_active_tis_per_dagrun=8)
     def sample(target: dict) -> dict:
         label(target)
         return tasks.sample_queue(target)

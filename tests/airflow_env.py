@@ -121,3 +121,31 @@ def record_alert(context: Any) -> None:
     """An ``alert_callback`` for tests: appends the breaches it got to ``$SQLQUEUE_TEST_ALERT_FILE`` (JSON lines)."""
     with open(os.environ["SQLQUEUE_TEST_ALERT_FILE"], "a", encoding="utf-8") as f:
         f.write(json.dumps(context["sqlqueue_breaches"]) + "\n")
+
+
+def _alert_notifier() -> Any:
+    from airflow.sdk import BaseNotifier
+
+    class RecordingNotifier(BaseNotifier):
+        """An Airflow notifier for tests: appends its rendered ``text`` to ``$SQLQUEUE_TEST_ALERT_FILE``."""
+
+        template_fields = ("text",)
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+        def notify(self, context: Any) -> None:
+            with open(os.environ["SQLQUEUE_TEST_ALERT_FILE"], "a", encoding="utf-8") as f:
+                f.write(json.dumps({"text": self.text, "breaches": context["sqlqueue_breaches"]}) + "\n")
+
+    return RecordingNotifier(text="{{ dag.dag_id }}: {{ sqlqueue_breaches | length }} queues over threshold")
+
+
+def __getattr__(name: str) -> Any:
+    """``alert_notifier``: an ``alert_callback`` that is an Airflow notifier instance (as a user would configure a
+    SlackNotifier), made on first use so that importing this module does not import Airflow."""
+    if name == "alert_notifier":
+        globals()[name] = _alert_notifier()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

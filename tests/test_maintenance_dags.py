@@ -1,10 +1,11 @@
-"""The ``dags/`` folder: every DAG imports cleanly, and each maintenance DAG runs with ``dag.test()``.
+"""Each maintenance DAG of ``dags/`` runs with ``dag.test()``, and what it did is asserted.
 
 The maintenance DAGs run against SQLite and PostgreSQL queue databases (each PostgreSQL test in its own schema,
 which the configuration's ``schemas`` filter keeps discovery to) filled with expired, fresh and poison messages,
 a queue that lost its indexes, and failed messages in the error queue. The configuration reaches the DAGs
 the three supported ways: the Variable (as ``AIRFLOW_VAR_SQLQUEUE_MAINTENANCE``), the file named by
-``SQLQUEUE_MAINTENANCE_CONFIG``, and the ``config`` param.
+``SQLQUEUE_MAINTENANCE_CONFIG``, and the ``config`` param. What the task logs say (per-queue counts, the
+findings table, deadlock warnings) is read from the log records the tasks emit in process.
 """
 
 from __future__ import annotations  # noqa: I001  (tests.airflow_env must be imported before airflow)
@@ -13,10 +14,8 @@ import tests.airflow_env as airflow_env
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
-import os
+import logging
 import sqlite3
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sqlqueue.maintenance import tasks
-from airflow_sqlqueue.maintenance.config import MaintenanceConfigError, load_config
+from airflow_sqlqueue.maintenance import health, tasks
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport import headers as h
 from tests.conftest import Db, make_db
@@ -40,8 +38,6 @@ MAINTENANCE_DAGS = {
     "sqlqueue_provision_queues": "maintenance_provision_queues.py",
     "sqlqueue_error_queue": "error_queue_retry.py",
 }
-EXAMPLE_DAGS = {"example_sqlqueue_sensor_drain_mapped", "example_sqlqueue_asset_watcher",
-                "example_sqlqueue_drain_with_handler", "example_sqlqueue_send_on_finish"}
 CONN_ID = "sqlqueue_maint"
 
 
@@ -96,109 +92,40 @@ def count(db: Db, queue: str) -> int:
     return len(db.transport.browse(queue, limit=10_000))
 
 
-# -- import check --------------------------------------------------------------------------------------------
-IMPORT_CHECK = """
-import json, warnings
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    import tests.airflow_env as airflow_env
-    from airflow.dag_processing.dagbag import DagBag
-    bag = DagBag(dag_folder=str(airflow_env.PROJECT_DAGS_FOLDER))
-print(json.dumps({
-    "import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
-    "captured": {str(k): list(v) for k, v in bag.captured_warnings.items()},
-    "dags": {d.dag_id: {"doc": d.doc_md or "", "tags": sorted(d.tags)} for d in bag.dags.values()},
-    "warnings": [{"category": w.category.__name__, "deprecation": "deprecat" in w.category.__name__.lower()
-                  or "deprecated" in str(w.message).lower()
-                  or issubclass(w.category, DeprecationWarning | PendingDeprecationWarning | FutureWarning),
-                  "file": w.filename, "line": w.lineno, "message": str(w.message)} for w in caught],
-}))
-"""
+def task_log(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> str:
+    """What the tasks of the run logged through the provider's loggers (their task log), at ``level`` or above."""
+    return "\n".join(r.getMessage() for r in caplog.records
+                     if r.name.startswith("airflow_sqlqueue") and r.levelno >= level)
 
 
-def test_every_dag_imports_without_errors_or_deprecation_warnings(tmp_path: Path) -> None:
-    """In a fresh interpreter, so that warnings raised while importing Airflow and the provider are seen too."""
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "PYTHONWARNINGS": "always"}
-    done = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=airflow_env.PROJECT_DAGS_FOLDER.parent,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["import_errors"] == {}, result["import_errors"]
-    assert result["captured"] == {}, result["captured"]  # warnings the DagBag caught while importing each file
-    assert set(MAINTENANCE_DAGS) | EXAMPLE_DAGS <= set(result["dags"]), sorted(result["dags"])
-    deprecated = [w for w in result["warnings"] if w["deprecation"] and (
-        "airflow" in w["message"].lower() or "/dags/" in w["file"] or "airflow_sqlqueue" in w["file"])]
-    assert deprecated == [], deprecated
-    for dag_id in set(MAINTENANCE_DAGS) | EXAMPLE_DAGS:
-        dag = result["dags"][dag_id]
-        assert len(dag["doc"]) > 300 and "configur" in dag["doc"].lower(), f"{dag_id}: doc_md missing or says nothing"
-        assert "sqlqueue" in dag["tags"], dag_id
+def inject_deadlocks(monkeypatch: pytest.MonkeyPatch, db: Db, queue: str, times: int) -> list[int]:
+    """Make the dialect's ``purge_expired`` statement on ``queue`` fail with the driver's own deadlock error
+    ``times`` times in a row, from its second batch on (after one batch committed)."""
+    dialect_class = type(db.transport.dialect)
+    original = dialect_class.execute
+    table = db.transport.dialect.qualified(db.transport.address(queue))
+    if db.kind == "sqlite":
+        deadlock = sqlite3.OperationalError("database table is locked")
+    else:
+        import psycopg.errors
 
+        deadlock = psycopg.errors.DeadlockDetected("deadlock detected")
+    calls = [0]
 
-# -- configuration (no DAG run) -------------------------------------------------------------------------------
-def test_configuration_sources_and_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", raising=False)
-    monkeypatch.delenv("SQLQUEUE_MAINTENANCE_CONFIG", raising=False)
-    assert [c.conn_id for c in load_config({}).connections] == ["sqlqueue_default"]
-    path = tmp_path / "maint.yaml"
-    path.write_text("connections:\n  a: {queues: [x, y]}\n  b: {queues: {z: {max_depth: 3}}}\n")
-    monkeypatch.setenv("SQLQUEUE_MAINTENANCE_CONFIG", str(path))
-    config = load_config({})
-    assert config.source == str(path) and config.connection("b").queue_thresholds == {"z": {"max_depth": 3}}
-    narrowed = load_config({"connections": ["b"], "queues": ["q"]})
-    assert [(c.conn_id, c.queues) for c in narrowed.connections] == [("b", ["q"])]
-    assert load_config({"config": {"connections": ["c"]}}).connections[0].conn_id == "c"
-    with pytest.raises(MaintenanceConfigError, match="unknown keys.*'queue'"):
-        load_config({"config": {"connections": {"a": {"queue": ["x"]}}}})
-    with pytest.raises(MaintenanceConfigError, match="max_depth must be a non-negative number"):
-        load_config({"config": {"thresholds": {"max_depth": "ten"}}})
+    def execute(self, cursor, name, params=None, **identifiers):
+        if name == "purge_expired" and identifiers.get("queue") == table:
+            calls[0] += 1
+            if 2 <= calls[0] <= 1 + times:
+                raise deadlock
+        return original(self, cursor, name, params, **identifiers)
 
-
-def test_check_report_fails_on_open_findings_and_prints_a_table(caplog: pytest.LogCaptureFixture) -> None:
-    finding = {"conn_id": "c", "queue": "q", "code": "missing_expires_index", "repairable": True, "message": "m"}
-    result = {"conn_id": "c", "queue": "q", "found": [finding], "remaining": [finding], "repaired": []}
-    with pytest.raises(tasks.SchemaFindingsError, match="q: missing_expires_index; trigger with repair=true"):
-        tasks.check_report([result], {"fail_on_findings": True})
-    rows = tasks.check_report([result], {"fail_on_findings": False})
-    assert rows[0]["status"] == "open"
-    assert "queue  code                   repairable  status  message" in caplog.text
-
-
-def test_purge_retries_a_deadlock_with_a_warning(monkeypatch: pytest.MonkeyPatch,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """A deadlock that outlasted the transport's own retries: logged as a warning, the purge runs again."""
-    from contextlib import contextmanager
-
-    class Deadlock(Exception):
-        pass
-
-    class FakeTransport:
-        calls = 0
-        dialect = type("D", (), {"is_deadlock": staticmethod(lambda exc: isinstance(exc, Deadlock))})()
-
-        def purge_expired(self, queue, *, batch_size, progress):
-            FakeTransport.calls += 1
-            if FakeTransport.calls == 1:
-                progress(batch_size)
-                raise Deadlock("deadlock detected")
-            progress(batch_size)
-            progress(1)
-            return 3
-
-    @contextmanager
-    def fake_transport_for(conn_id, error_queue="error"):
-        yield FakeTransport()
-
-    monkeypatch.setattr(tasks, "transport_for", fake_transport_for)
-    monkeypatch.setattr(tasks.time, "sleep", lambda s: None)
-    result = tasks.purge_queue({"conn_id": "c", "queue": "q"}, {"batch_size": 2, "config": {"connections": ["c"]}})
-    assert result == {"conn_id": "c", "queue": "q", "purged": 5} and FakeTransport.calls == 2
-    assert any(r.levelname == "WARNING" and "deadlock purging q on c after 2 rows" in r.getMessage()
-               for r in caplog.records), caplog.text
+    monkeypatch.setattr(dialect_class, "execute", execute)
+    return calls
 
 
 # -- DAG runs ---------------------------------------------------------------------------------------------------
-def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+                       caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     t.create_queues([q("orders"), q("audit"), q("error")])
     t.send_many(q("orders"), [OutgoingMessage(f"old-{i}", time_to_be_received=0.001) for i in range(5)])
@@ -210,44 +137,110 @@ def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch) -> 
     time.sleep(0.1)
     # configuration through the Variable: discovery on the test's connection, small batches
     monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({**conn_config(qdb), "purge_batch_size": 2}))
+    # the second batch on orders deadlocks 6 times: 5 retries by the transport, then one more purge by the task
+    calls = inject_deadlocks(monkeypatch, qdb, q("orders"), times=6)
+    caplog.set_level(logging.INFO)
 
     dr = run("sqlqueue_purge_expired")
     assert str(dr.state) == "success", airflow_env.task_states(dr)
-    names = {t.name(q(n)): n for n in ("orders", "audit", "error")}
+    orders, audit, error = (t.name(q(n)) for n in ("orders", "audit", "error"))
     report = airflow_env.xcom_value(dr, "report")
-    assert report == {CONN_ID: {t.name(q("orders")): 5, t.name(q("audit")): 3, t.name(q("error")): 0}}, report
+    assert report == {CONN_ID: {orders: 5, audit: 3, error: 0}}, report
     per_queue = airflow_env.xcom_value(dr, "purge")
-    assert sorted((names[r["queue"]], r["purged"]) for r in per_queue) == [("audit", 3), ("error", 0), ("orders", 5)]
+    assert sorted((r["queue"], r["purged"]) for r in per_queue) == sorted([(orders, 5), (audit, 3), (error, 0)])
     assert count(qdb, q("orders")) == 6 and count(qdb, q("audit")) == 0  # fresh, forever and the poison rows
+    assert calls[0] == 9  # batches 2, 2, 1 after the 6 deadlocks: nothing deleted twice, nothing missed
+    # the task log: deadlocks as warnings, each queue's count, and the report's table
+    warnings = task_log(caplog, logging.WARNING)
+    assert warnings.count(f"deadlock in purge expired from {orders!r}, retrying") == 5, warnings
+    assert f"deadlock purging {orders} on {CONN_ID} after 2 rows, retrying (1/3)" in warnings
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records if r.name.startswith("airflow_sqlqueue"))
+    log = task_log(caplog)
+    assert f"purged 5 expired messages from {orders} on {CONN_ID} (batches of 2)" in log
+    assert f"purged 3 expired messages from {audit} on {CONN_ID} (batches of 2)" in log
+    table = log[log.index("expired messages purged:"):]
+    assert [line.split() for line in table.splitlines()[1:6]] == [
+        ["conn_id", "queue", "purged"], ["-" * len(CONN_ID), "-" * max(len(orders), len(audit), len(error), 5),
+                                         "------"],
+        *[[CONN_ID, name, str(n)] for name, n in sorted([(orders, 5), (audit, 3), (error, 0)])]]
+
+
+def make_dead_tuples(db: Db, queue: str, rows: int = 12_000) -> None:
+    """PostgreSQL: fill and empty a queue so that dead tuples outnumber live ones (autovacuum kept off it)."""
+    table = db.transport.dialect.qualified(db.transport.address(queue))
+    db.sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    db.sql(f"INSERT INTO {table} (id, expires, headers, body) "  # noqa: S608
+           f"SELECT gen_random_uuid(), NULL, '{{}}', NULL FROM generate_series(1, {rows})")
+    db.sql(f"DELETE FROM {table}")  # noqa: S608
+    # statistics reach pg_stat_user_tables when the session that made them ends: wait until they are there
+    for _ in range(50):
+        [(dead,)] = db.sql("SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+                           (db.schema, db.transport.address(queue).table))
+        if dead >= rows:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"PostgreSQL did not report the {rows} dead tuples (saw {dead})")
 
 
 def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                 monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
-    t.create_queues([q("legacy"), q("healthy")])
+    t.create_queues([q("legacy"), q("healthy"), q("bloated")])
     drop_indexes(qdb, q("legacy"))
-    expected = {"missing_expires_index"} | ({"missing_seq_index"} if qdb.kind == "postgres" else set())
-    assert {f.code for f in t.check(q("legacy"))} == expected
+    expected = {"legacy": {"missing_expires_index"} | ({"missing_seq_index"} if qdb.kind == "postgres" else set()),
+                "healthy": set(), "bloated": set()}
+    if qdb.kind == "postgres":
+        make_dead_tuples(qdb, q("bloated"))
+        expected["bloated"] = {"dead_tuples"}
+    for name, codes in expected.items():
+        assert {f.code for f in t.check(q(name))} == codes, name
     # configuration through the file named by SQLQUEUE_MAINTENANCE_CONFIG
     path = tmp_path / "maintenance.json"
     path.write_text(json.dumps(conn_config(qdb)))
     monkeypatch.delenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", raising=False)
     monkeypatch.setenv("SQLQUEUE_MAINTENANCE_CONFIG", str(path))
+    caplog.set_level(logging.INFO)
 
     dr = run("sqlqueue_check_schema", repair=True)
     assert str(dr.state) == "success", airflow_env.task_states(dr)
     checked = {r["queue"]: r for r in airflow_env.xcom_value(dr, "check")}
-    legacy = checked[t.name(q("legacy"))]
-    assert {f["code"] for f in legacy["found"]} == expected and legacy["remaining"] == []
-    assert set(legacy["repaired"]) == expected
-    assert checked[t.name(q("healthy"))]["found"] == []
+    for name, codes in expected.items():
+        result = checked[t.name(q(name))]
+        assert {f["code"] for f in result["found"]} == codes and set(result["repaired"]) == codes, result
+        assert result["remaining"] == [] and t.check(q(name)) == []
     rows = airflow_env.xcom_value(dr, "report")
-    assert {(r["code"], r["status"]) for r in rows} == {(code, "repaired") for code in expected}
-    assert t.check(q("legacy")) == []
+    assert sorted((r["queue"], r["code"], r["status"]) for r in rows) == sorted(
+        (t.name(q(name)), code, "repaired") for name, codes in expected.items() for code in codes)
+    # the findings, as a table in the task log
+    log = task_log(caplog)
+    table = log[log.index("findings on 3 queues"):].splitlines()
+    assert table[1].split() == ["conn_id", "queue", "code", "repairable", "status", "message"]
+    found = {tuple(line.split()[1:5]) for line in table[3:3 + len(rows)]}
+    assert found == {(t.name(q(name)), code, "True", "repaired") for name, codes in expected.items() for code in codes}
+    if qdb.kind == "postgres":
+        [(dead,)] = qdb.sql("SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+                            (qdb.schema, "bloated"))
+        assert dead == 0  # VACUUM ran
 
 
-def test_queue_health_fails_when_a_threshold_is_crossed(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_schema_fails_on_findings_without_repair(airflow_db, tmp_path: Path) -> None:  # noqa: F811
+    """Without ``repair`` the findings stay, the report fails (no retry), and nothing was changed (SQLite)."""
+    path = tmp_path / "q.db"
+    airflow_env.sqlite_connection(CONN_ID, path)
+    from airflow_sqlqueue.transport import SqlQueueTransport
+
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as t:
+        t.create_queues(["legacy"])
+        sqlite3.connect(path).execute(f'DROP INDEX "{t.dialect.index_name(t.address("legacy"), "expires")}"')
+        dr = run("sqlqueue_check_schema", config={"connections": [CONN_ID]})
+        states = airflow_env.task_states(dr)
+        assert states["report"] == "failed" and states["check[0]"] == "success", states
+        assert [f.code for f in t.check("legacy")] == ["missing_expires_index"]
+
+
+def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     t.create_queues([q("deep"), q("stale"), q("calm")])
     t.send_many(q("deep"), [f"m{i}" for i in range(5)])
@@ -257,26 +250,34 @@ def test_queue_health_fails_when_a_threshold_is_crossed(airflow_db, qdb: Db, tmp
     alert_file = tmp_path / "alerts.jsonl"
     monkeypatch.setenv("SQLQUEUE_TEST_ALERT_FILE", str(alert_file))
     table = f'"{qdb.schema}"."health_samples"' if qdb.schema else "health_samples"
-    config = conn_config(qdb, thresholds={"max_depth": 3},
-                         record_health_samples=True)
+    config = conn_config(qdb, thresholds={"max_depth": 3}, record_health_samples=True)
     config["connections"][CONN_ID]["queues"] = {q("deep"): {}, q("stale"): {"max_age_seconds": 600},
                                                 q("calm"): {}}
-    config.update(alert_callback="tests.airflow_env.record_alert", health_samples_table=table)
+    config.update(alert_callback="tests.airflow_env.alert_notifier", health_samples_table=table)
+    caplog.set_level(logging.INFO)
 
     dr = run("sqlqueue_queue_health", config=config)
     assert str(dr.state) == "failed"
     states = airflow_env.task_states(dr)
     assert states["report"] == "failed" and states["sample[0]"] == "success", states
+    deep, stale, calm = (t.name(q(n)) for n in ("deep", "stale", "calm"))
     samples = {s["queue"]: s for s in airflow_env.xcom_value(dr, "sample")}
-    assert samples[t.name(q("deep"))]["depth"] == 5 and samples[t.name(q("deep"))]["breaches"] == ["depth 5 > 3"]
-    assert samples[t.name(q("stale"))]["oldest_age_seconds"] > 7000
-    assert samples[t.name(q("stale"))]["breaches"][0].startswith("oldest message")
-    assert samples[t.name(q("calm"))]["breaches"] == []
-    alerts = [json.loads(line) for line in alert_file.read_text().splitlines()]
-    assert len(alerts) == 1 and sorted(s["queue"] for s in alerts[0]) == sorted([t.name(q("deep")),
-                                                                                   t.name(q("stale"))])
-    recorded = qdb.sql(f"SELECT queue_name, depth FROM {table} ORDER BY queue_name")  # noqa: S608
-    assert sorted(recorded) == sorted((t.name(q(n)), d) for n, d in (("deep", 5), ("stale", 1), ("calm", 1)))
+    assert samples[deep]["depth"] == 5 and samples[deep]["breaches"] == ["depth 5 > 3"]
+    assert samples[stale]["oldest_age_seconds"] > 7000
+    assert samples[stale]["breaches"][0].startswith("oldest message")
+    assert samples[calm]["breaches"] == []
+    # the notifier got the breaches, with its template rendered from the task context
+    [alert] = [json.loads(line) for line in alert_file.read_text().splitlines()]
+    assert alert["text"] == "sqlqueue_queue_health: 2 queues over threshold"
+    assert sorted(s["queue"] for s in alert["breaches"]) == sorted([deep, stale])
+    logged = [line.split() for line in task_log(caplog).splitlines() if line.startswith(CONN_ID + " ")]
+    assert [CONN_ID, deep, "5", "-", "3", "-", "depth", "5", ">", "3"] in logged  # the health table in the log
+    assert [CONN_ID, calm, "1", "-", "3", "-", "ok"] in logged
+    # one sample per queue recorded, with its connection, readable as the queue's recent history
+    recorded = qdb.sql(f"SELECT conn_id, queue_name, depth FROM {table}")  # noqa: S608
+    assert sorted(recorded) == sorted((CONN_ID, n, d) for n, d in ((deep, 5), (stale, 1), (calm, 1)))
+    history = health.recent_samples(t, table, CONN_ID, q("deep"), datetime.now(timezone.utc) - timedelta(hours=1))
+    assert [s["depth"] for s in history] == [5]
 
 
 def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
@@ -290,6 +291,10 @@ def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
     assert all(t.exists(q(n)) for n in ("p_orders", "p_replies", "p_endpoint"))
     t.send(q("p_endpoint"), OutgoingMessage("later", delay=3600))
     assert t.peek(q("p_endpoint")) == 0  # it went to the delayed table, which exists
+    # a bad name among the params: a clear error naming the params, and nothing created
+    with pytest.raises(tasks.BadConfigurationError, match="params queues/delayed_queues: .*NUL character"):
+        tasks.provision({"conn_id": CONN_ID, "queues": [q("p_more")], "delayed_queues": ["bad\x00name"]})
+    assert not t.exists(q("p_more"))
 
 
 def test_error_queue_lists_groups_and_returns_selected(airflow_db, qdb: Db) -> None:  # noqa: F811
@@ -338,30 +343,3 @@ def test_error_queue_lists_only_without_retry(airflow_db, tmp_path: Path) -> Non
         assert airflow_env.xcom_value(dr, "list_failed")[0]["total"] == 1
         assert len(t.browse("error")) == 1 and t.peek("orders") == 0
         assert sqlite3.connect(path).execute("SELECT count(*) FROM error").fetchone() == (1,)
-
-
-def test_example_send_on_finish_and_drain_with_handler(airflow_db, tmp_path: Path,  # noqa: F811
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two example DAGs as a user would run them: connection from the environment, default params (SQLite)."""
-    from airflow_sqlqueue.transport import SqlQueueTransport
-
-    path = tmp_path / "examples.db"
-    airflow_env.sqlite_connection("sqlqueue_example", path)
-    monkeypatch.setenv("SQLQUEUE_EXAMPLE_CONN_ID", "sqlqueue_example")
-    with SqlQueueTransport.from_url(f"sqlite:///{path}") as t:
-        t.create_queues(["Sales", "orders", "replies", "error"])
-        t.send_many("orders", [json.dumps({"order_id": i}) for i in range(3)] + ["{}"])
-
-        dr = airflow_env.load_project_dag("example_sqlqueue_send_on_finish", "example_send_on_finish.py").test()
-        assert str(dr.state) == "success", airflow_env.task_states(dr)
-        [sent] = t.browse("Sales")
-        assert json.loads(sent.body)["total"] == 16
-        assert json.loads(sent.headers)[h.ENCLOSED_MESSAGE_TYPES] == "Reports.DailySalesReady, Reports.Messages"
-
-        dag = airflow_env.load_project_dag("example_sqlqueue_drain_with_handler", "example_drain_with_handler.py")
-        dr = dag.test()
-        assert str(dr.state) == "success", airflow_env.task_states(dr)
-        summary = airflow_env.xcom_value(dr, "drain")
-        assert (summary["succeeded"], summary["failed"]) == (3, 1), summary
-        assert sorted(json.loads(r.body)["order_id"] for r in t.browse("replies")) == [0, 1, 2]
-        assert len(t.browse("error")) == 1 and t.peek("orders") == 0

@@ -20,8 +20,12 @@ then narrow that down. Format (every key optional)::
       "purge_batch_size": 10000,
       "record_health_samples": false,
       "health_samples_table": "sqlqueue_health_samples",
+      "health_samples_conn_id": null,         # null: each connection records into its own database
+      "health_samples_retention_days": 30,    # null: keep every sample
       "alert_callback": "my_package.alerts.queue_health_notifier"
     }
+
+A malformed configuration raises :class:`MaintenanceConfigError` naming the source and the key.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ VARIABLE = "sqlqueue_maintenance"
 #: Environment variable naming a JSON (or YAML) configuration file, used when the Variable is not set.
 CONFIG_ENV = "SQLQUEUE_MAINTENANCE_CONFIG"
 DEFAULT_CONN_ID = "sqlqueue_default"
+PARAM_SOURCE = "the 'config' param"
+VARIABLE_SOURCE = f"Variable {VARIABLE!r}"
 DEFAULT_SAMPLES_TABLE = "sqlqueue_health_samples"
+DEFAULT_RETENTION_DAYS = 30
 THRESHOLD_KEYS = ("max_depth", "max_age_seconds")
 _TOP_KEYS = {"connections", "thresholds", "purge_batch_size", "record_health_samples", "health_samples_table",
-             "alert_callback"}
+             "health_samples_conn_id", "health_samples_retention_days", "alert_callback"}
 _CONN_KEYS = {"queues", "schemas", "include", "exclude", "error_queue", "thresholds", "record_health_samples"}
 
 
@@ -89,6 +96,8 @@ class MaintenanceConfig:
     purge_batch_size: int = 10_000
     record_health_samples: bool = False
     health_samples_table: str = DEFAULT_SAMPLES_TABLE
+    health_samples_conn_id: str | None = None
+    health_samples_retention_days: float | None = DEFAULT_RETENTION_DAYS
     alert_callback: str | None = None
     source: str = "default"
 
@@ -102,20 +111,24 @@ class MaintenanceConfig:
         own = self.connection(conn_id).record_health_samples
         return self.record_health_samples if own is None else bool(own)
 
+    def samples_conn_id(self, conn_id: str) -> str:
+        """The connection whose database holds the samples of ``conn_id``'s queues."""
+        return self.health_samples_conn_id or conn_id
+
 
 # -- reading ---------------------------------------------------------------------------------------------
 def raw_config(params: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
-    """The configuration dict and where it came from (``params``, ``variable``, a file path, ``default``)."""
+    """The configuration dict and where it came from, in words (named in every error about it)."""
     given = (params or {}).get("config")
     if given:
-        return _as_dict(given, "the 'config' param"), "params"
+        return _as_dict(given, PARAM_SOURCE), PARAM_SOURCE
     text = _variable_text()
     if text:
-        return _as_dict(text, f"Variable {VARIABLE!r}"), "variable"
+        return _as_dict(text, VARIABLE_SOURCE), VARIABLE_SOURCE
     path = os.environ.get(CONFIG_ENV)
     if path:
-        return _read_file(Path(path)), path
-    return {}, "default"
+        return _read_file(Path(path)), f"file {path}"
+    return {}, f"default (every queue on {DEFAULT_CONN_ID})"
 
 
 def load_config(params: dict[str, Any] | None = None) -> MaintenanceConfig:
@@ -144,20 +157,34 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConf
     if connections_raw is None:
         connections_raw = {DEFAULT_CONN_ID: {}}
     if isinstance(connections_raw, list):  # a plain list of connection ids: discover on each
-        connections_raw = {str(c): {} for c in connections_raw}
+        if not all(isinstance(c, str) and c for c in connections_raw):
+            raise MaintenanceConfigError(f"{source}: 'connections' as a list must hold connection ids (strings)")
+        connections_raw = {c: {} for c in connections_raw}
     if not isinstance(connections_raw, dict) or not connections_raw:
-        raise MaintenanceConfigError(f"{source}: 'connections' must be an object of connection id to settings")
+        raise MaintenanceConfigError(f"{source}: 'connections' must be an object of connection id to settings, "
+                                     "or a list of connection ids")
     connections = [_connection(str(conn_id), spec or {}, source) for conn_id, spec in connections_raw.items()]
     batch = raw.get("purge_batch_size", 10_000)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise MaintenanceConfigError(f"{source}: purge_batch_size must be a positive integer, got {batch!r}")
+    retention = raw.get("health_samples_retention_days", DEFAULT_RETENTION_DAYS)
+    if retention is not None and (isinstance(retention, bool) or not isinstance(retention, int | float)
+                                  or retention <= 0):
+        raise MaintenanceConfigError(f"{source}: health_samples_retention_days must be a positive number of days "
+                                     f"or null (keep every sample), got {retention!r}")
+    callback = raw.get("alert_callback")
+    if callback is not None and (not isinstance(callback, str) or "." not in callback.strip(".")):
+        raise MaintenanceConfigError(f"{source}: alert_callback must be a dotted path 'package.module.attribute', "
+                                     f"got {callback!r}")
     return MaintenanceConfig(
         connections=connections,
         thresholds=_thresholds(raw.get("thresholds"), f"{source}: thresholds"),
         purge_batch_size=batch,
-        record_health_samples=bool(raw.get("record_health_samples", False)),
-        health_samples_table=str(raw.get("health_samples_table") or DEFAULT_SAMPLES_TABLE),
-        alert_callback=raw.get("alert_callback") or None,
+        record_health_samples=_flag(raw, "record_health_samples", source) or False,
+        health_samples_table=_text(raw, "health_samples_table", source) or DEFAULT_SAMPLES_TABLE,
+        health_samples_conn_id=_text(raw, "health_samples_conn_id", source),
+        health_samples_retention_days=retention,
+        alert_callback=callback,
         source=source,
     )
 
@@ -175,7 +202,9 @@ def _connection(conn_id: str, spec: dict[str, Any], source: str) -> ConnectionCo
         conn.queue_thresholds = {str(q): _thresholds(t, f"{where}: queue {q!r}") for q, t in queues.items()}
         conn.queues = list(conn.queue_thresholds)
     elif isinstance(queues, list):
-        conn.queues = [str(q) for q in queues]
+        if not all(isinstance(q, str) and q for q in queues):
+            raise MaintenanceConfigError(f"{where}: 'queues' must list queue addresses (strings)")
+        conn.queues = list(queues)
     elif queues is not None:
         raise MaintenanceConfigError(f"{where}: 'queues' must be null (discover), a list or an object")
     for key in ("schemas", "include", "exclude"):
@@ -183,14 +212,27 @@ def _connection(conn_id: str, spec: dict[str, Any], source: str) -> ConnectionCo
         if value is not None:
             if isinstance(value, str):
                 value = [value]
-            if not isinstance(value, list):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise MaintenanceConfigError(f"{where}: {key!r} must be a list of strings")
-            setattr(conn, key, [str(v) for v in value])
-    conn.error_queue = str(spec.get("error_queue") or "error")
+            setattr(conn, key, list(value))
+    conn.error_queue = _text(spec, "error_queue", where) or "error"
     conn.thresholds = _thresholds(spec.get("thresholds"), f"{where}: thresholds")
-    if spec.get("record_health_samples") is not None:
-        conn.record_health_samples = bool(spec["record_health_samples"])
+    conn.record_health_samples = _flag(spec, "record_health_samples", where)
     return conn
+
+
+def _flag(spec: dict[str, Any], key: str, where: str) -> bool | None:
+    value = spec.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise MaintenanceConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def _text(spec: dict[str, Any], key: str, where: str) -> str | None:
+    value = spec.get(key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise MaintenanceConfigError(f"{where}: {key} must be a non-empty string, got {value!r}")
+    return value
 
 
 def _thresholds(value: Any, where: str) -> dict[str, Any]:
@@ -232,11 +274,15 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MaintenanceConfigError(f"{CONFIG_ENV}={str(path)!r} cannot be read: {exc}") from None
+    where = f"file {path}"
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        return _as_dict(yaml.safe_load(text) or {}, str(path))
-    return _as_dict(text, str(path))
+        try:
+            return _as_dict(yaml.safe_load(text) or {}, where)
+        except yaml.YAMLError as exc:
+            raise MaintenanceConfigError(f"{where} is not valid YAML: {exc}") from None
+    return _as_dict(text, where)
 
 
 def _variable_text() -> str | None:

@@ -5,22 +5,27 @@ The DAG files in ``dags/`` only wire these together (dynamic task mapping over `
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from airflow.sdk import BaseNotifier
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
-from airflow_sqlqueue.transport import SqlQueueTransport, ddl_script
+from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.error_queue import failure_selector
+from airflow_sqlqueue.transport.errors import InvalidAddressError
 from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
 
 from . import health
-from .config import load_config, resolve_queues, thresholds_for
+from .config import MaintenanceConfig, MaintenanceConfigError, load_config, resolve_queues, thresholds_for
 
 log = logging.getLogger(__name__)
 #: Whole-purge attempts after the transport's own deadlock retries are exhausted.
@@ -36,6 +41,18 @@ class SchemaFindingsError(AirflowFailException):
     """Schema or index findings remain (not retried: a retry would find the same)."""
 
 
+class BadConfigurationError(AirflowFailException):
+    """The maintenance configuration or a param is wrong (not retried: a retry would read the same)."""
+
+
+def configuration(params: dict[str, Any] | None) -> MaintenanceConfig:
+    """The run's configuration; a malformed one fails the task at once, with the message naming the key."""
+    try:
+        return load_config(params)
+    except MaintenanceConfigError as exc:
+        raise BadConfigurationError(str(exc)) from None
+
+
 @contextmanager
 def transport_for(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueueTransport]:
     """The transport of an Airflow connection, closed afterwards."""
@@ -47,37 +64,38 @@ def transport_for(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueue
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A plain-text table for the task log (``None`` shown as ``-``)."""
-    cells = [["-" if row.get(c) is None else str(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines)
+    """Dicts as a plain-text table for the task log (``None`` shown as ``-``), as the CLI prints them."""
+    return table(columns, [["-" if row.get(c) is None else row.get(c) for c in columns] for row in rows])
 
 
 # -- targets -------------------------------------------------------------------------------------------
 def find_targets(params: dict[str, Any] | None) -> list[dict[str, Any]]:
     """``[{"conn_id", "queue", "max_depth", "max_age_seconds"}]`` for every configured or discovered queue."""
-    config = load_config(params)
+    config = configuration(params)
     targets: list[dict[str, Any]] = []
     for conn in config.connections:
         with transport_for(conn.conn_id, conn.error_queue) as transport:
-            for queue in resolve_queues(conn, transport):
-                limits = thresholds_for(config, conn, queue, transport, params)
-                targets.append({"conn_id": conn.conn_id, "queue": queue, "max_depth": limits.get("max_depth"),
-                                "max_age_seconds": limits.get("max_age_seconds")})
+            try:
+                queues = resolve_queues(conn, transport)
+                limits = [thresholds_for(config, conn, queue, transport, params) for queue in queues]
+            except InvalidAddressError as exc:
+                raise BadConfigurationError(f"{config.source}: connection {conn.conn_id!r}: queues: {exc}") from None
+            targets += [{"conn_id": conn.conn_id, "queue": queue, "max_depth": limit.get("max_depth"),
+                         "max_age_seconds": limit.get("max_age_seconds")}
+                        for queue, limit in zip(queues, limits, strict=True)]
     log.info("configuration from %s: %d queues on %s", config.source, len(targets),
              ", ".join(c.conn_id for c in config.connections))
     if targets:
         log.info("queues:\n%s", format_table(targets, ("conn_id", "queue", "max_depth", "max_age_seconds")))
+    else:
+        log.warning("no queues found: nothing to do (check 'connections', 'schemas', 'include' and 'exclude')")
     return targets
 
 
 # -- purge ---------------------------------------------------------------------------------------------
 def purge_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:
     """Purge expired messages of one queue in batches; deadlocks are logged as warnings and retried."""
-    batch_size = (params or {}).get("batch_size") or load_config(params).purge_batch_size
+    batch_size = (params or {}).get("batch_size") or configuration(params).purge_batch_size
     conn_id, queue = target["conn_id"], target["queue"]
     with transport_for(conn_id) as transport:
         committed: list[int] = []  # rows of batches already committed (kept when a later batch deadlocks)
@@ -174,38 +192,54 @@ def health_report(samples: Sequence[dict[str, Any]], params: dict[str, Any] | No
                   context: Any = None) -> list[dict[str, Any]]:
     """Log the samples as a table, record them if configured, alert and fail when a threshold is crossed."""
     samples = list(samples)
-    config = load_config(params)
+    config = configuration(params)
     rows = [{**s, "status": "; ".join(s["breaches"]) or "ok"} for s in samples]
     log.info("queue health:\n%s", format_table(
         rows, ("conn_id", "queue", "depth", "oldest_age_seconds", "max_depth", "max_age_seconds", "status")))
-    for conn_id in sorted({s["conn_id"] for s in samples}):
-        if config.records_samples(conn_id):
-            with transport_for(conn_id) as transport:
-                n = health.record_samples(transport, [s for s in samples if s["conn_id"] == conn_id],
-                                          config.health_samples_table)
-            log.info("recorded %d samples into %s on %s", n, config.health_samples_table, conn_id)
+    record(config, samples)
     crossed = [s for s in samples if s["breaches"]]
     if not crossed:
         return samples
     text = "; ".join(f"{s['queue']} on {s['conn_id']}: {', '.join(s['breaches'])}" for s in crossed)
     if config.alert_callback:
-        callback = _import(config.alert_callback)
-        alert_context = {**dict(context or {}), "sqlqueue_breaches": crossed}
-        try:
-            callback(alert_context)
-        except Exception:  # noqa: BLE001 - a broken notifier must not hide the breach itself
-            log.exception("alert callback %s failed", config.alert_callback)
+        alert(config.alert_callback, {**dict(context or {}), "sqlqueue_breaches": crossed})
     if (params or {}).get("on_breach", "fail") == "warn":
         log.warning("thresholds crossed: %s", text)
         return samples
     raise QueueHealthError(f"thresholds crossed: {text}")
 
 
-def _import(path: str) -> Callable[..., Any]:
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"alert_callback must be a dotted path module.attribute, got {path!r}")
-    return getattr(importlib.import_module(module), name)
+def record(config: MaintenanceConfig, samples: Sequence[dict[str, Any]]) -> None:
+    """Append the samples of each connection that records them to its samples table (and apply retention)."""
+    stores: dict[str, list[dict[str, Any]]] = {}
+    for item in samples:
+        if config.records_samples(item["conn_id"]):
+            stores.setdefault(config.samples_conn_id(item["conn_id"]), []).append(item)
+    for store, items in stores.items():
+        with transport_for(store) as transport:
+            try:
+                done = health.record_samples(transport, items, config.health_samples_table,
+                                             retention_days=config.health_samples_retention_days)
+            except ValueError as exc:
+                raise BadConfigurationError(f"{config.source}: {exc}") from None
+        log.info("recorded %d samples into %s on %s (%d older than %s days deleted)", done["recorded"],
+                 config.health_samples_table, store, done["deleted"], config.health_samples_retention_days)
+
+
+def alert(path: str, context: dict[str, Any]) -> None:
+    """Call the ``alert_callback`` (a function or an Airflow notifier); its failure is logged, never raised."""
+    try:
+        module, _, name = path.rpartition(".")
+        callback = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        log.error("alert_callback %r cannot be imported: %s", path, exc)
+        return
+    if isinstance(callback, BaseNotifier):
+        callback = copy.copy(callback)  # rendering its templates mutates it: keep the configured one pristine
+    try:
+        callback(context)
+    except Exception:  # noqa: BLE001 - a broken notifier must not hide the breach itself
+        log.exception("alert_callback %s failed", path)
 
 
 # -- provisioning --------------------------------------------------------------------------------------
@@ -217,10 +251,13 @@ def provision(params: dict[str, Any]) -> dict[str, Any]:
     if not queues and not delayed:
         raise AirflowFailException("nothing to create: give 'queues' and/or 'delayed_queues' when triggering")
     with transport_for(conn_id) as transport:
-        names = [transport.name(q) for q in queues]  # every name validated before anything is created
-        delayed_names = [transport.name(q) for q in delayed]
-        script = ddl_script(transport.dialect, names) if names else ""
-        script += ddl_script(transport.dialect, delayed_names, delayed=True) if delayed_names else ""
+        try:  # every name validated before anything is created
+            names = [transport.name(q) for q in queues]
+            delayed_names = [transport.name(q) for q in delayed]
+        except ValueError as exc:
+            raise BadConfigurationError(f"params queues/delayed_queues: {exc}") from None
+        script = transport.ddl(names) if names else ""
+        script += transport.ddl(delayed_names, delayed=True) if delayed_names else ""
         log.info("DDL for %s:\n%s", conn_id, script)
         if params.get("dry_run"):
             log.warning("dry run: nothing created")
@@ -238,7 +275,7 @@ def provision(params: dict[str, Any]) -> dict[str, Any]:
 def error_queues(params: dict[str, Any] | None) -> list[dict[str, Any]]:
     """``[{"conn_id", "error_queue"}]``: the ``conn_id``/``error_queue`` params, or each configured connection."""
     params = params or {}
-    config = load_config(params)
+    config = configuration(params)
     conn_ids = [params["conn_id"]] if params.get("conn_id") else [c.conn_id for c in config.connections]
     return [{"conn_id": c, "error_queue": params.get("error_queue") or config.connection(c).error_queue}
             for c in conn_ids]
@@ -292,29 +329,14 @@ def return_failed(target: dict[str, Any], params: dict[str, Any] | None) -> dict
     params = params or {}
     if not params.get("retry"):
         raise AirflowSkipException("listing only: trigger with retry=true to return the selected messages")
-    ids = {str(i).lower() for i in params.get("message_ids") or []}
-    wanted_type = params.get("exception_type") or None
     with transport_for(target["conn_id"], target["error_queue"]) as transport:
-        wanted_queue = transport.name(params["failed_q"]) if params.get("failed_q") else None
-
-        def select(message: Any) -> bool:
-            if ids and str(message.id).lower() not in ids and \
-                    str(message.headers.get(h.MESSAGE_ID, "")).lower() not in ids:
-                return False
-            if wanted_queue is not None:
-                try:
-                    if transport.name(message.headers.get(h.FAILED_Q) or "") != wanted_queue:
-                        return False
-                except ValueError:
-                    return False
-            if wanted_type:
-                kind = message.headers.get(h.EXCEPTION_TYPE) or ""
-                if kind != wanted_type and not kind.endswith("." + wanted_type):
-                    return False
-            return True
-
-        chosen = select if (ids or wanted_queue or wanted_type) else None
-        summary = transport.retry_errors(error_queue=target["error_queue"], select=chosen,
+        try:
+            select = failure_selector(transport, failed_q=params.get("failed_q"),
+                                      exception_type=params.get("exception_type"),
+                                      message_ids=params.get("message_ids"))
+        except ValueError as exc:
+            raise BadConfigurationError(f"param failed_q: {exc}") from None
+        summary = transport.retry_errors(error_queue=target["error_queue"], select=select,
                                          max_messages=params.get("max_messages") or None).as_dict()
     log.info("returned %d messages from %s on %s:\n%s", summary["total_returned"], target["error_queue"],
              target["conn_id"], format_table([{"queue": q, "returned": n} for q, n in summary["returned"].items()],

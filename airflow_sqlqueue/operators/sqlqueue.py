@@ -31,7 +31,7 @@ from airflow_sqlqueue.transport import (
     SqlQueueTransport,
     TransactionMode,
 )
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.error_queue import failure_selector
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -614,25 +614,8 @@ class SqlQueueRetryErrorsOperator(BaseOperator):
         hook = SqlQueueHook(self.sqlqueue_conn_id, error_queue=self.error_queue)
         try:
             transport = hook.transport
-            wanted_queue = transport.name(self.failed_q) if self.failed_q else None
-            wanted_type = self.exception_type
-
-            def select(message: ReceivedMessage) -> bool:
-                if wanted_queue is not None:
-                    failed_q = message.headers.get(h.FAILED_Q)
-                    try:
-                        if not failed_q or transport.name(failed_q) != wanted_queue:
-                            return False
-                    except ValueError:
-                        return False
-                if wanted_type:
-                    kind = message.headers.get(h.EXCEPTION_TYPE) or ""
-                    if kind != wanted_type and not kind.endswith("." + wanted_type):
-                        return False
-                return True
-
-            use_select = wanted_queue is not None or bool(wanted_type)
-            summary = transport.retry_errors(error_queue=self.error_queue, select=select if use_select else None,
+            select = failure_selector(transport, failed_q=self.failed_q, exception_type=self.exception_type)
+            summary = transport.retry_errors(error_queue=self.error_queue, select=select,
                                              max_messages=self.max_messages)
         finally:
             hook.close()

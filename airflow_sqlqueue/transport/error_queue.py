@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,39 @@ def restored_headers(raw: str | None) -> str | None:
     for name in h.FAILURE_HEADERS:
         parsed.pop(name, None)
     return h.serialize_headers(parsed, limit=None)
+
+
+def failure_selector(transport: SqlQueueTransport, *, failed_q: str | None = None,
+                     exception_type: str | None = None,
+                     message_ids: Iterable[str] | None = None) -> Callable[[ReceivedMessage], bool] | None:
+    """A ``select`` for :func:`retry_errors` from the usual filters; None (every message) when none is given.
+
+    ``failed_q`` matches the ``NServiceBus.FailedQ`` header as an address of this dialect; ``exception_type``
+    the full type name or the class name alone; ``message_ids`` native Ids or ``NServiceBus.MessageId`` values.
+    """
+    wanted_queue = transport.address(failed_q) if failed_q else None
+    ids = {str(i).lower() for i in message_ids or ()}
+    if wanted_queue is None and not exception_type and not ids:
+        return None
+
+    def select(message: ReceivedMessage) -> bool:
+        if ids and str(message.id).lower() not in ids and \
+                str(message.headers.get(h.MESSAGE_ID) or "").lower() not in ids:
+            return False
+        if wanted_queue is not None:
+            try:
+                failed_in = transport.address(message.headers.get(h.FAILED_Q) or "")
+                if not transport.dialect.same_queue(failed_in, wanted_queue):
+                    return False
+            except InvalidAddressError:
+                return False
+        if exception_type:
+            kind = message.headers.get(h.EXCEPTION_TYPE) or ""
+            if kind != exception_type and not kind.endswith("." + exception_type):
+                return False
+        return True
+
+    return select
 
 
 def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,

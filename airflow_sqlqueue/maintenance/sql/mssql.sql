@@ -1,16 +1,41 @@
--- Health samples (optional; written only when the maintenance configuration sets record_health_samples).
+-- Queue health samples (SQL Server; sampled_at is UTC). Written only when the maintenance configuration sets
+-- record_health_samples: one row per (connection, queue) per health run, kept for a bounded time.
+-- {samples} is the samples table, {queue_time_index} and {time_index} its indexes (quoted by the dialect);
+-- %(samples_name)s is the table's name as text, for OBJECT_ID.
 
 -- create_health_samples --
--- The samples table: one row per queue per health run.
+-- The samples table (idempotent).
 IF OBJECT_ID(%(samples_name)s, 'U') IS NULL
     CREATE TABLE {samples} (
+        conn_id nvarchar(250) NOT NULL,
+        queue_name nvarchar(450) NOT NULL,
         sampled_at datetime2 NOT NULL,
-        queue_name nvarchar(400) NOT NULL,
         depth bigint NOT NULL,
         oldest_age_seconds float NULL
     )
 
+-- create_health_samples_queue_index --
+-- Serves "the last N hours of queue Q on connection C" (the depth-over-time plot).
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(%(samples_name)s) AND name = %(queue_time_index_name)s)
+    CREATE NONCLUSTERED INDEX {queue_time_index} ON {samples} (conn_id, queue_name, sampled_at)
+
+-- create_health_samples_time_index --
+-- Serves the retention delete.
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(%(samples_name)s) AND name = %(time_index_name)s)
+    CREATE NONCLUSTERED INDEX {time_index} ON {samples} (sampled_at)
+
 -- insert_health_sample --
 -- One sample.
-INSERT INTO {samples} (sampled_at, queue_name, depth, oldest_age_seconds)
-VALUES (%(sampled_at)s, %(queue_name)s, %(depth)s, %(oldest_age_seconds)s)
+INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds)
+VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s)
+
+-- delete_old_health_samples --
+-- Retention: drop samples taken before %(before)s.
+DELETE FROM {samples} WHERE sampled_at < %(before)s
+
+-- recent_health_samples --
+-- The samples of one queue since %(since)s, oldest first.
+SELECT sampled_at, depth, oldest_age_seconds
+FROM {samples}
+WHERE conn_id = %(conn_id)s AND queue_name = %(queue_name)s AND sampled_at >= %(since)s
+ORDER BY sampled_at
