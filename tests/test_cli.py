@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport import headers as h
-from tests.conftest import PG_URL, Db
+from tests.conftest import PG_URL, Db, make_db
 
 SQLQUEUE = Path(sys.executable).parent / "sqlqueue"
 SUBCOMMANDS = ["create", "ddl", "send", "receive", "peek", "list", "purge-expired", "check", "retry-errors", "demo"]
@@ -176,18 +177,17 @@ def test_create_is_idempotent_and_reports_what_it_did(db: Db):
 def test_bad_queue_names_are_input_errors_and_create_nothing(db: Db):
     cli = Cli(db)
     marker = "zz" + uuid.uuid4().hex[:8]
-    bad = ["", "   ", marker + "x" * 200]
-    if db.kind == "postgres":
-        bad += [f"{db.schema}.{marker}.c", f'"{marker}', f'{db.schema}."{marker}"x']
+    bad = ["", "   ", marker + "x" * 200] if db.kind == "sqlite" else [
+        "", marker + "x" * 60, f"{db.schema}.{marker}.c", f'"{marker}', f'{db.schema}."{marker}"x']
     if db.kind == "sqlite":
         run("--url", db.url, "create", "seed")  # the database file exists, so only the names are wrong
     before = cli.tables(marker)
     for name in bad:
-        good = db.q(marker + "good")
-        run("--url", db.url, "create", good, name, code=2)
+        says = run("--url", db.url, "create", db.q(marker + "good"), name, code=2).err  # the good one neither
+        assert "address" in says or "name" in says
         run("--url", db.url, "send", name, "--body", "x", code=2)
-        run("--url", db.url, "receive", name, code=2)
-        run("ddl", name, "--dialect", "postgres" if db.kind == "postgres" else "sqlite", code=2)
+    run("--url", db.url, "receive", bad[-1], code=2)
+    run("ddl", bad[-1], "--dialect", "postgres" if db.kind == "postgres" else "sqlite", code=2)
     assert cli.tables(marker) == before
 
 
@@ -411,3 +411,52 @@ def test_retry_errors_lists_filters_and_returns(cli: Cli):
     assert cli("retry-errors").out == "nothing returned\n"
     bodies = [m["body"] for m in cli("--json", "receive", orders, "--max", "5").json]
     assert bodies == ["o0", "o1", "o2"]  # returned with their Id and body, oldest first
+
+
+# -- progress bars -----------------------------------------------------------------------------------
+def run_on_terminal(args: list[str], stdin: bytes | None = None) -> tuple[int, str, str]:
+    """Run ``sqlqueue`` with stderr on a pseudo-terminal and stdout on a pipe; return (code, stdout, terminal)."""
+    pty = pytest.importorskip("pty")
+    pytest.importorskip("rich")
+    main_fd, terminal_fd = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "SQLQUEUE_URL"} | {"TERM": "xterm", "COLUMNS": "100"}
+    proc = subprocess.Popen([str(SQLQUEUE), *args], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=terminal_fd, env=env)
+    os.close(terminal_fd)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()))
+    reader.start()
+    if stdin:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the terminal closed: the process has ended
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(main_fd)
+    reader.join()
+    return proc.wait(timeout=60), out[0].decode(), screen.decode(errors="replace")
+
+
+def test_progress_bars_only_on_a_terminal_and_never_with_json(tmp_path: Path):
+    db = next(make_db("sqlite", tmp_path))  # the bars do not depend on the database
+    db.transport.create_queues(["orders"])
+    lines = "".join(f"m{i}\n" for i in range(2500)).encode()
+    code, out, screen = run_on_terminal(["--url", db.url, "send", "orders"], stdin=lines)
+    assert code == 0 and out == "sent 2500 messages to orders\n" and "sending to orders" in screen
+    code, out, screen = run_on_terminal(["--url", db.url, "receive", "orders", "--max", "2000"])
+    assert code == 0 and "receiving from orders" in screen and "received 2000 messages" in screen
+    assert [line.split()[-1] for line in out.splitlines()] == [f"m{i}" for i in range(2000)]  # stdout intact
+    code, out, screen = run_on_terminal(["--url", db.url, "--json", "receive", "orders", "--max", "2000"])
+    assert code == 0 and screen == "" and [json.loads(x)["body"] for x in out.splitlines()] == [
+        f"m{i}" for i in range(2000, 2500)]
+    piped = run("--url", db.url, "send", "orders", stdin=lines)
+    assert piped.err == "" and piped.out == "sent 2500 messages to orders\n"
+    code, out, screen = run_on_terminal(["--url", db.url, "purge-expired", "orders"])
+    assert code == 0 and "purging orders" in screen and out.split()[-2:] == ["orders", "0"]
+    db.transport.close()
