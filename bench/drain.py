@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable
@@ -40,7 +41,8 @@ def provider_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
 
 
 def baseline_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
-    """By hand: lock a batch (SKIP LOCKED), call the handler per row, delete the batch by key, commit."""
+    """By hand: lock a batch (SKIP LOCKED), parse each row's headers and call the handler, delete the batch by
+    key, commit."""
     lock, delete = db.sql("lock_batch", QUEUE), db.sql("delete_by_seqs", QUEUE)
 
     def receiver() -> int:
@@ -52,7 +54,7 @@ def baseline_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
                 db.begin(cur)
                 rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
                 for row in rows:
-                    noop(row)
+                    noop(row, json.loads(row[3]))
                 if rows:
                     cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
                 conn.commit()
@@ -151,6 +153,8 @@ def run(db: BenchDb, sizes: Sizes) -> list[Result]:
         results.append(compare(Result(f"drain, no-op handler, concurrency {concurrency}", db.dialect, count),
                                sizes.repeats, contestants, setup))
     out = db.workdir / "parquet"
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet_by_hand([(uuid.uuid4(), 0, False, "{}", b"")], "warm-up", out)  # pyarrow's first write is slow
 
     def setup_files(_: str) -> None:
         setup("")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -43,7 +44,10 @@ def provider_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
 
 
 def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], int]:
-    """The same DELETE ... RETURNING by hand, committed per statement, one connection per receiver."""
+    """The same DELETE ... RETURNING by hand, committed per statement, one connection per receiver.
+
+    Like any receiver, it parses each message's Headers JSON (one ``json.loads``; no validation).
+    """
     sql = db.sql("receive_batch", QUEUE)
 
     def receiver() -> int:
@@ -55,6 +59,8 @@ def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
                 db.begin(cur)
                 rows = cur.execute(sql, {"batch_size": batch}).fetchall()
                 conn.commit()
+                for row in rows:
+                    json.loads(row[3])
                 if not rows:
                     return done
                 done += len(rows)

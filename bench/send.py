@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 
-from .databases import BODY, HEADERS_TEXT, BenchDb, outgoing
+from .databases import BODY, HEADERS, BenchDb, outgoing
 from .peer import Pgqueuer
 from .report import BASELINE, PEER, PROVIDER, Result, compare
 from .sizes import Sizes
@@ -31,12 +32,18 @@ def provider_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
 
 
 def baseline_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
-    """The same INSERTs by hand: one per transaction, or one statement per batch (executemany on SQLite)."""
+    """The same INSERTs by hand: one per transaction, or one statement per batch (executemany on SQLite).
+
+    Like any sender, it makes each message's Id and Headers JSON (one ``json.dumps``; no validation).
+    """
     one = db.sql("send", QUEUE)
     many = db.sql("send_many", QUEUE) if db.dialect == "postgres" else one
 
+    def headers() -> str:
+        return json.dumps(HEADERS, separators=(",", ":"))
+
     def params() -> dict:
-        return {"id": str(uuid.uuid4()), "ttbr_ms": None, "headers": HEADERS_TEXT, "body": BODY}
+        return {"id": str(uuid.uuid4()), "ttbr_ms": None, "headers": headers(), "body": BODY}
 
     def work() -> int:
         conn = db.connect()
@@ -49,7 +56,7 @@ def baseline_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
                     cur.execute(one, params())
                 elif db.dialect == "postgres":
                     cur.execute(many, {"ids": [str(uuid.uuid4()) for _ in range(n)], "ttbr_ms": [None] * n,
-                                       "headers": [HEADERS_TEXT] * n, "bodies": [BODY] * n})
+                                       "headers": [headers() for _ in range(n)], "bodies": [BODY] * n})
                 else:
                     cur.executemany(many, [params() for _ in range(n)])
                 conn.commit()
