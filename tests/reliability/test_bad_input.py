@@ -25,11 +25,12 @@ from airflow_sqlqueue.transport import (
 )
 from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers, serialize_headers
 
-from .helpers import catalog
+from .helpers import catalog, summary
 
 #: Names that break a naming rule (both dialects), with the words the error must contain.
 ILLEGAL = [("", "empty"), ("   ", "whitespace"), ("ord\x00ers", "NUL"), ("x" * 300, "at most")]
-ILLEGAL_POSTGRES = [('or"ders', "must be quoted"), ("a.b.c", "3 parts"), ('"unclosed', "unclosed")]
+ILLEGAL_POSTGRES = [('or"ders', "must be quoted"), ("a.b.c", "3 parts"), ('"unclosed', "unclosed"),
+                    ("é" * 28, "56 bytes")]  # 28 characters, but over the 55-byte limit of table names
 #: Legal names full of SQL syntax: created and used verbatim.
 ODD = ["br]acket", 'dq"uote', "semi;colon", "dash--dash", "at@sign", "Robert'); DROP TABLE error;--",
        "]; DROP SCHEMA public CASCADE; --"]
@@ -71,7 +72,8 @@ def test_illegal_names_refused_by_every_operation_and_nothing_changes(queues):
             assert words in str(info.value), f"{label} {name!r}: {info.value}"
             refused += 1
         assert catalog(queues) == before, f"{name!r} changed the database"
-    print(f"\n[reliability] test=illegal_names db={queues.kind} inputs={len(cases)} refusals={refused} changes=0")
+    summary("illegal_names_refused", queues.kind, messages=1, faults=refused, lost=0, inputs=len(cases),
+            catalog_changes=0)
 
 
 @pytest.mark.parametrize("name", ODD)
@@ -181,23 +183,57 @@ def test_connection_of_the_wrong_database_refused_clearly(tmp_path):
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def _identifiers(qualified: str, opening: str, closing: str) -> list[str]:
+    """Split quoted SQL text such as ``[a]]b].[c]`` or ``"a""b"."c"`` back into names; fail on anything else
+    (text outside the quotes would be SQL the name smuggled in)."""
+    names, i = [], 0
+    while True:
+        assert qualified[i] == opening, f"{qualified!r}: text outside the quoted identifiers at {i}"
+        i += 1
+        name = []
+        while True:
+            end = qualified.index(closing, i)
+            name.append(qualified[i:end])
+            if qualified.startswith(closing * 2, end):
+                name.append(closing)
+                i = end + 2
+                continue
+            i = end + 1
+            break
+        names.append("".join(name))
+        if i == len(qualified):
+            return names
+        assert qualified[i] == ".", f"{qualified!r}: text outside the quoted identifiers at {i}"
+        i += 1
+
+
+def _expected_parts(name: str, address) -> list[str]:
+    if name == "mssql":
+        return ([address.catalog] if address.catalog is not None else []) + [address.schema or "dbo", address.table]
+    if name == "postgres":
+        return [address.schema or "public", address.table]
+    return [address.table]
+
+
+ADDRESS_TEXT = (st.text(max_size=80) | st.text(alphabet='"[]@.;- \x00ab', max_size=30)
+                | st.text(alphabet="[]@ab", max_size=30))
+
+
 @FUZZ
-@given(text=st.text(max_size=80) | st.text(alphabet='"[]@.;- \x00ab', max_size=30))
+@given(text=ADDRESS_TEXT)
 def test_fuzz_any_text_is_an_address_or_a_clear_error(text):
-    """Arbitrary text (not only generated legal names): either InvalidAddressError or an address whose canonical
-    text parses back to it, and whose quoted form keeps the name inside its identifier."""
-    for name in ("postgres", "sqlite"):
+    """Arbitrary text, under the address rules of all three dialects: either InvalidAddressError, or an address
+    whose canonical text parses back to it and whose quoted SQL form is exactly its names, each inside its own
+    quoted identifier (nothing escapes into the SQL)."""
+    for name, (opening, closing) in (("mssql", "[]"), ("postgres", '""'), ("sqlite", '""')):
         dialect = get_dialect(name)
         try:
             address = dialect.parse_address(text)
         except InvalidAddressError as exc:
-            assert str(exc)  # a message, naming the rule
+            assert str(exc) and "\n" not in str(exc)  # one line, naming the rule
             continue
         assert dialect.parse_address(dialect.format_address(address)) == address
-        qualified = dialect.qualified(address)
-        for part in qualified.split('"."') if name == "postgres" else [qualified]:
-            inner = part.strip('"')
-            assert '"' not in inner.replace('""', ""), "a quote escaped its identifier"
+        assert _identifiers(dialect.qualified(address), opening, closing) == _expected_parts(name, address)
 
 
 @FUZZ
@@ -217,18 +253,19 @@ def test_fuzz_stored_headers_parse_or_are_poison(text):
     assert parse_headers(again) == headers
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(headers=st.dictionaries(st.text(max_size=20), st.none() | st.text(max_size=40), max_size=6),
        body=st.binary(max_size=200))
-def test_fuzz_headers_and_body_round_trip_through_sqlite(tmp_path_factory, headers, body):
-    """Sent and received on a real database: headers and body come back exactly (where serialize accepts)."""
+def test_fuzz_headers_and_body_round_trip_through_the_database(queues, headers, body):
+    """Sent and received on a real database (SQLite and PostgreSQL): the stored Headers text is exactly the
+    upstream serialization, and headers and body come back exactly (where serialize accepts them)."""
     try:
-        serialize_headers(headers)
-    except InvalidMessageError:
+        text = serialize_headers(headers)
+    except InvalidMessageError:  # lone surrogates: refused clearly, never written
         return
-    path = tmp_path_factory.mktemp("fuzz") / "q.db"
-    with SqlQueueTransport.from_url(f"sqlite:///{path}") as t:
-        t.create_queues(["orders", "error"])
-        sent = t.send("orders", OutgoingMessage(body, headers))
-        [message] = t.receive("orders")
-        assert (message.id, message.headers, message.body) == (sent, headers, body)
+    t, q = queues.transport, queues.q("orders")
+    sent = t.send(q, OutgoingMessage(body, headers))
+    [row] = t.browse(q)
+    assert (row.id, row.headers) == (sent, text)
+    [message] = t.receive(q)
+    assert (message.id, message.headers, message.body) == (sent, headers, body)
