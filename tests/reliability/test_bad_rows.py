@@ -31,6 +31,7 @@ BAD_ROWS = [
     ("json-number-value", '{"a":1}', b"number", True),
     ("json-string", '"just text"', b"string", True),
     ("null-headers", None, b"null headers", False),
+    ("empty-headers", "", b"empty headers", False),
     ("null-body", '{"NServiceBus.EnclosedMessageTypes":"X"}', None, False),
     ("huge-headers", HUGE_VALID, b"huge", False),
     ("sql-in-headers", '{"x":"\'); DROP TABLE error;--"}', b"'); DELETE FROM orders;--", False),
@@ -121,7 +122,7 @@ def test_bad_rows_moved_intact_and_the_queue_keeps_flowing(queues, how):
             lost=len(lost(expected, seen)), poison_moved=len(poison), odd_rows_delivered=odd)
 
 
-@pytest.mark.parametrize("kind", ["null-headers", "null-body", "huge-headers", "sql-in-headers"])
+@pytest.mark.parametrize("kind", ["null-headers", "empty-headers", "null-body", "huge-headers", "sql-in-headers"])
 def test_odd_row_whose_handler_fails_moves_intact_with_failure_headers(queues, kind):
     nullable_headers(queues)
     t, q = queues.transport, queues.q("orders")
@@ -159,17 +160,25 @@ def test_huge_poison_headers_moved_and_queue_flows(queues):
     assert [m.body for m in t.receive(q, 10)] == [b"behind"]
     [(error_id, error_headers, body)] = error_rows(queues)
     assert (error_id, body) == (row_id, b"p")
-    assert h.parse_headers(error_headers)[h.RAW_HEADERS] == HUGE_POISON
+    parsed = h.parse_headers(error_headers)
+    assert parsed[h.RAW_HEADERS] == HUGE_POISON and set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS}
 
 
 def test_huge_valid_headers_of_a_failing_message_move_to_error(queues):
     t, q = queues.transport, queues.q("orders")
-    huge = '{"big":"' + "y" * 2_000_000 + '"}'
+    huge = '{"big":"' + "y" * 2_000_000 + '"}'  # twice the limit of headers on send: only a foreign sender writes it
     row_id = insert_raw(queues, "orders", huge, b"h")
+    t.send(q, b"behind")
+    handled = []
 
     def handler(message, context):
-        raise InjectedFailure("refused")
+        if message.id == row_id:
+            raise InjectedFailure("refused")
+        handled.append(message.body)
 
-    t.process(q, handler, immediate_retries=0)
-    [(error_id, error_headers, _)] = error_rows(queues)
-    assert error_id == row_id and h.parse_headers(error_headers)["big"] == "y" * 2_000_000
+    assert t.process(q, handler, immediate_retries=0).failed == 1
+    assert handled == [b"behind"] and count(queues, "orders") == 0
+    [(error_id, error_headers, body)] = error_rows(queues)
+    parsed = h.parse_headers(error_headers)
+    assert (error_id, body) == (row_id, b"h") and FAILURE_NAMES <= set(parsed)
+    assert {k: v for k, v in parsed.items() if k not in FAILURE_NAMES} == {"big": "y" * 2_000_000}
