@@ -1,8 +1,12 @@
 """Least privilege on PostgreSQL: a role with only the rights to run (no DDL) sends, receives, peeks and
 processes; creating queues and repairing indexes say clearly that more rights are needed, and change nothing.
 
-PostgreSQL needs UPDATE besides SELECT/INSERT/DELETE for the row locks of FOR UPDATE SKIP LOCKED (documented;
-the refusal without UPDATE is tested in tests/test_operations.py::test_postgres_least_privilege).
+The role gets SELECT, INSERT and DELETE on the queue tables, plus what PostgreSQL strictly needs:
+- UPDATE on one column (``seq``): ``FOR UPDATE SKIP LOCKED`` (receive, peek, purge) requires the UPDATE right on
+  at least one column of the table; the role cannot change a message's headers or body with it;
+- USAGE on the schema, and on the ``seq`` sequences (``serial``: an INSERT calls ``nextval``).
+Without UPDATE at all, receiving is refused with an error naming it: tests/test_operations.py::
+test_postgres_least_privilege. Roles are cluster-wide: each test makes a uniquely named one and drops it.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from airflow_sqlqueue.transport import PermissionDeniedError, SqlQueueTransport
+from airflow_sqlqueue.transport import OutgoingMessage, PermissionDeniedError, SqlQueueTransport
 
-from .helpers import catalog, count
+from .helpers import catalog, count, insert_raw, summary
 
 
 @pytest.fixture
@@ -26,7 +30,9 @@ def limited(queues):
     queues.sql(f'CREATE ROLE "{role}" LOGIN')
     try:
         queues.sql(f'GRANT USAGE ON SCHEMA {schema} TO "{role}"')
-        queues.sql(f'GRANT SELECT, INSERT, DELETE, UPDATE ON ALL TABLES IN SCHEMA {schema} TO "{role}"')
+        queues.sql(f'GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA {schema} TO "{role}"')
+        for (table,) in queues.sql("SELECT tablename FROM pg_tables WHERE schemaname = %s", (queues.schema,)):
+            queues.sql(f'GRANT UPDATE (seq) ON {schema}."{table.replace(chr(34), chr(34) * 2)}" TO "{role}"')
         queues.sql(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO "{role}"')
         parts = urlsplit(queues.url)
         url = f"postgresql://{role}@{parts.hostname}:{parts.port or 5432}{parts.path}"
@@ -40,12 +46,28 @@ def limited(queues):
 def test_running_rights_send_receive_peek_process(limited):
     db, t = limited
     q = db.q("orders")
-    t.send_many(q, [b"1", b"2", b"3"])
-    assert t.peek(q) == 3
+    t.send_many(q, [b"1", b"2", b"3", b"fails", b"5", b"6"])
+    t.send(q, OutgoingMessage(b"later", delay=0.001), endpoint=q)  # into the endpoint's .Delayed table
+    insert_raw(db, "orders", "not json", b"poison")
+    assert t.peek(q) == 7 and t.exists(q) and len(t.browse(q)) == 7
     assert [m.body for m in t.receive(q)] == [b"1"]
-    assert t.process(q, lambda m, c: c.send(db.q("replies"), m.body)).succeeded == 2
-    assert count(db, "replies") == 2 and count(db, "orders") == 0
+    with t.receiving(q, 1) as batch:
+        assert [m.body for m in batch.messages] == [b"2"]
+
+    def handler(message, context):
+        if message.body == b"fails":
+            raise ValueError("refused")
+        context.send(db.q("replies"), message.body)
+
+    result = t.process(q, handler, immediate_retries=0)  # a failure and a poison row: moved to the error queue
+    assert (result.succeeded, result.failed, result.poison) == (3, 1, 1)
+    assert count(db, "replies") == 3 and count(db, "error") == 2
+    assert t.retry_errors(select=lambda row: row.body == b"fails").total_returned == 1
+    assert t.drain(q, len).delivered == 1
+    assert t.move_due_delayed(q) == 1 and [m.body for m in t.receive(q)] == [b"later"]
     assert t.purge_expired(q) == 0 and t.check(q) == []
+    summary("least_privilege_running", db.kind, messages=8, faults=2, lost=count(db, "orders"),
+            rights="SELECT,INSERT,DELETE,UPDATE(seq),USAGE")
 
 
 def test_creating_a_queue_needs_create_and_says_so(limited):
@@ -67,6 +89,5 @@ def test_repairing_an_index_needs_more_rights_and_says_so(limited):
     with pytest.raises(PermissionDeniedError) as info:
         t.check(db.q("orders"), repair=True)
     text = str(info.value)
-    print(f"\n[reliability] repair refusal: {text}")
     assert "repair" in text and "lacks a right" in text and "owner" in text, text
     assert catalog(db) == before
