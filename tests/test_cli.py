@@ -218,9 +218,9 @@ def test_send_options_and_the_received_shapes(cli: Cli, tmp_path: Path):
     binary = tmp_path / "body.bin"
     binary.write_bytes(b"\xff\x00\xfe raw")
     cli("send", orders, "--body-file", str(binary))
-    cli("send", orders, stdin=b"first\r\n\r\n  \nsecond\n")  # blank lines are skipped, CR LF removed
+    cli("send", orders, "--count", "2", stdin=b"first\r\n\r\n  \nsecond\n")  # blank lines skipped, CR LF removed
     messages = cli("receive", orders, "--max", "10", "--json", "--mode", "sends-atomic-with-receive").json
-    assert [m.get("body") for m in messages] == ["x", "x", "x", None, "first", "second"]
+    assert [m.get("body") for m in messages] == ["x", "x", "x", None, "first", "first", "second", "second"]
     assert [(m["headers"]["A"], m["headers"]["B"]) for m in messages[:3]] == [("1", "b=c")] * 3
     assert set(messages[3]) == {"id", "headers", "body_base64"}
     assert base64.b64decode(messages[3]["body_base64"]) == b"\xff\x00\xfe raw"

@@ -89,7 +89,8 @@ def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"queue": name, "created": not existed, "delayed": args.delayed})
         else:
-            print(("exists  " if existed else "created ") + name + (" (and its delayed table)" if args.delayed else ""))
+            print((f"{name} already exists" if existed else f"created {name}")
+                  + (" (with its delayed table)" if args.delayed else ""))
     return OK
 
 
@@ -290,7 +291,8 @@ def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
         if len(rows) < BROWSE_CHUNK:
             break
     if not args.json:
-        print(table(["failed queue", "exception", "messages"], [(q, e, n) for (q, e), n in sorted(groups.items())]))
+        rows = [(q, e, n) for (q, e), n in sorted(groups.items())]
+        print(table(["failed queue", "exception", "messages"], rows) if rows else "no failed messages")
     return OK
 
 
