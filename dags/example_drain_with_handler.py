@@ -6,7 +6,7 @@ import json
 import os
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, get_current_context
 
 from airflow_sqlqueue.operators.sqlqueue import SqlQueueDrainOperator
 from airflow_sqlqueue.transport import OutgoingMessage
@@ -22,7 +22,9 @@ written only if it succeeds. A handler that raises is retried `immediate_retries
 to the error queue with the standard NServiceBus failure headers (inspect and return it with the DAG
 `sqlqueue_error_queue`). The XCom is the summary: received, succeeded, failed, retries, expired, poison.
 
-**Configure**: `SQLQUEUE_EXAMPLE_CONN_ID` (default `sqlqueue_default`); params `queue`, `replies_queue`.
+**Configure**: the connection id from the environment variable `SQLQUEUE_EXAMPLE_CONN_ID` (default
+`sqlqueue_default`); the params `queue` (default `orders`, or `$SQLQUEUE_EXAMPLE_QUEUE`) and `replies_queue`
+(default `replies`) per run. Copy this file and put your work in `handle_order`.
 """
 
 
@@ -31,10 +33,10 @@ def handle_order(message, context) -> None:
     order = json.loads(message.body or b"{}")
     if "order_id" not in order:
         raise ValueError(f"message {message.id} has no order_id")  # -> retries, then the error queue
-    replies = os.environ.get("SQLQUEUE_EXAMPLE_REPLIES_QUEUE", "replies")
+    replies = get_current_context()["params"]["replies_queue"]
     reply = OutgoingMessage(json.dumps({"order_id": order["order_id"], "status": "accepted"}),
                             headers={"NServiceBus.EnclosedMessageTypes": "OrderAccepted",
-                                     "NServiceBus.CorrelationId": str(message.id)})
+                                     "NServiceBus.CorrelationId": message.message_id})
     context.send(replies, reply)
 
 
@@ -46,7 +48,8 @@ with DAG(
     max_active_runs=1,
     tags=["sqlqueue", "example"],
     doc_md=DOC,
-    params={"queue": Param(os.environ.get("SQLQUEUE_EXAMPLE_QUEUE", "orders"), type="string", minLength=1)},
+    params={"queue": Param(os.environ.get("SQLQUEUE_EXAMPLE_QUEUE", "orders"), type="string", minLength=1),
+            "replies_queue": Param("replies", type="string", minLength=1)},
 ) as dag:
     SqlQueueDrainOperator(task_id="drain", sqlqueue_conn_id=CONN_ID, queue_name="{{ params.queue }}",
                           handler=handle_order, max_messages=10_000, max_duration=240, batch_size=50,

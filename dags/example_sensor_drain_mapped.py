@@ -41,7 +41,7 @@ with DAG(
 ) as dag:
     wait = SqlQueueSensor(task_id="wait", sqlqueue_conn_id=CONN_ID, queue_name="{{ params.queue }}",
                           min_messages="{{ params.min_messages }}", deferrable=True, poll_interval=5,
-                          timeout=3600, mode="reschedule")
+                          timeout=3600)
     drain = SqlQueueDrainOperator(task_id="drain", sqlqueue_conn_id=CONN_ID, queue_name="{{ params.queue }}",
                                   max_messages=500, batch_size=50, max_concurrency=2)
 

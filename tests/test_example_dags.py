@@ -105,7 +105,7 @@ def test_example_sensor_drain_mapped(airflow_db, example_db: SqlQueueTransport) 
 
 def test_example_send_on_finish_and_drain_with_handler(airflow_db, example_db: SqlQueueTransport) -> None:  # noqa: F811
     t = example_db
-    t.create_queues(["Sales", "orders", "replies", "error"])
+    t.create_queues(["Sales", "orders", "confirmations", "error"])
     t.send_many("orders", [json.dumps({"order_id": i}) for i in range(3)] + ["{}"])
 
     dr = airflow_env.load_project_dag("example_sqlqueue_send_on_finish", "example_send_on_finish.py").test()
@@ -116,11 +116,12 @@ def test_example_send_on_finish_and_drain_with_handler(airflow_db, example_db: S
     assert airflow_env.xcom_value(dr, "notify") == [str(sent.id)]
 
     dag = airflow_env.load_project_dag("example_sqlqueue_drain_with_handler", "example_drain_with_handler.py")
-    dr = dag.test()
+    dr = dag.test(run_conf={"replies_queue": "confirmations"})
     assert str(dr.state) == "success", airflow_env.task_states(dr)
     summary = airflow_env.xcom_value(dr, "drain")
     assert (summary["succeeded"], summary["failed"]) == (3, 1), summary
-    assert sorted(json.loads(r.body)["order_id"] for r in t.browse("replies")) == [0, 1, 2]
+    assert sorted(json.loads(r.body)["order_id"] for r in t.browse("confirmations")) == [0, 1, 2]
+    assert all(json.loads(r.headers)[h.CORRELATION_ID] for r in t.browse("confirmations"))
     [failed] = t.browse("error")  # the order without an order_id, after its retries, with failure headers
     assert json.loads(failed.headers)[h.FAILED_Q] == "orders" and t.peek("orders") == 0
 
