@@ -3,9 +3,10 @@
 8 receiver threads in one process, and 4 processes of 2 threads each, drain ``MESSAGES`` (20,000 by default):
 - no handler fails: every message is handled exactly once (every mode, and ``drain()``), and more than one
   receiver took messages (they really competed);
-- handlers fail at random (RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE): every message ends processed or in the
-  error queue, never both, never neither; in SENDS_ATOMIC_WITH_RECEIVE no send of a failed attempt escapes,
-  in RECEIVE_ONLY every attempt's send lands (ghost sends, as the reference says).
+- handlers fail at random (RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE; TRANSACTION_SCOPE with threads): every
+  message ends processed or in the error queue, never both, never neither; in SENDS_ATOMIC_WITH_RECEIVE and
+  TRANSACTION_SCOPE no send of a failed attempt escapes, in RECEIVE_ONLY every attempt's send lands (ghost
+  sends, as the reference says).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def _check_outcome(db, sent: set[bytes], succeeded: list[bytes], attempts: Count
         assert parsed[h.EXCEPTION_TYPE].endswith("InjectedFailure")
         assert parsed["NServiceBus.EnclosedMessageTypes"] == "Reliability.Test"
     replies = Counter(bodies(db, "replies"))
-    if mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+    if mode.atomic_sends:
         # only the attempt that succeeded sent anything: one reply per processed message, none for failures
         assert replies == Counter(b"reply-" + b for b in succeeded)
     else:
@@ -157,8 +158,8 @@ def _check_outcome(db, sent: set[bytes], succeeded: list[bytes], attempts: Count
             "replies": sum(replies.values())}
 
 
-@pytest.mark.parametrize("mode", [TransactionMode.RECEIVE_ONLY, TransactionMode.SENDS_ATOMIC_WITH_RECEIVE],
-                         ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [TransactionMode.RECEIVE_ONLY, TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+                                  TransactionMode.TRANSACTION_SCOPE], ids=lambda m: m.value)
 def test_threads_with_failing_handlers_lose_nothing(queues, mode):
     t, q = queues.transport, queues.q("orders")
     sent = fill(queues, q, MESSAGES)
