@@ -1,0 +1,126 @@
+"""Column expressions that turn drained rows into typed messages, with Spark built-in functions only (no UDFs).
+
+Input: the Parquet files written by ``SqlQueueDrainOperator(output_path=...)`` (``INPUT_SCHEMA``). Output columns
+(``MESSAGE_COLUMNS``): the NServiceBus headers as typed columns, the body decoded by kind, the end-to-end latency
+and the partition columns ``message_type`` and ``date``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from airflow_sqlqueue.transport import headers as h
+
+#: The columns of a drained batch (see ``_parquet_schema`` in ``airflow_sqlqueue.operators.sqlqueue``).
+INPUT_SCHEMA = StructType([
+    StructField("id", StringType()),
+    StructField("seq", LongType()),
+    StructField("queue", StringType()),
+    StructField("headers", StringType()),
+    StructField("body", BinaryType()),
+    StructField("received_at", TimestampType()),
+])
+#: NServiceBus wire time ``yyyy-MM-dd HH:mm:ss:ffffff Z`` as a Spark datetime pattern (``X`` reads ``Z`` as UTC).
+WIRE_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss:SSSSSS X"
+#: ``message_type`` of a message without ``NServiceBus.EnclosedMessageTypes``.
+UNKNOWN_TYPE = "unknown"
+#: Values of ``body_kind``.
+BODY_KINDS = ("json", "text", "binary", "empty")
+PARTITION_COLUMNS = ("message_type", "date")
+MESSAGE_COLUMNS = (
+    "message_id", "native_id", "message_type", "enclosed_message_types", "conversation_id", "correlation_id",
+    "originating_endpoint", "content_type", "message_intent", "time_sent", "received_at", "latency_ms",
+    "queue", "seq", "deliveries", "headers", "body_kind", "body_json", "body_text", "body_binary", "date",
+)
+_MICROS_PER_DAY = 86_400_000_000
+
+
+def _header(name: str) -> Column:
+    return F.col("headers")[name]
+
+
+def first_message_type(enclosed: Column) -> Column:
+    """The first .NET type name of ``EnclosedMessageTypes`` without its assembly part, or ``unknown``.
+
+    ``"Sales.OrderPlaced, Sales, Version=1.0.0.0, ...;Sales.IOrderEvent, Sales, ..."`` -> ``"Sales.OrderPlaced"``.
+    """
+    name = F.trim(F.substring_index(F.substring_index(enclosed, ";", 1), ",", 1))
+    return F.coalesce(F.nullif(name, F.lit("")), F.lit(UNKNOWN_TYPE))
+
+
+def wire_time(text: Column) -> Column:
+    """An NServiceBus timestamp text as a timestamp (NULL when absent or malformed)."""
+    return F.try_to_timestamp(text, F.lit(WIRE_TIME_PATTERN))
+
+
+def utc_date(ts: Column) -> Column:
+    """The UTC calendar date of a timestamp, whatever the session time zone."""
+    return F.date_from_unix_date(F.floor(F.unix_micros(ts) / _MICROS_PER_DAY).cast("int"))
+
+
+def with_header_columns(df: DataFrame) -> DataFrame:
+    """Parse the headers JSON into a map and pull the well-known headers out as typed columns.
+
+    ``message_id`` is the ``NServiceBus.MessageId`` header, or the native Id when it is absent (as receivers do).
+    """
+    parsed = df.withColumn("headers", F.from_json("headers", MapType(StringType(), StringType())))
+    return (parsed
+            .withColumn("native_id", F.col("id"))
+            .withColumn("message_id", F.coalesce(_header(h.MESSAGE_ID), F.col("id")))
+            .withColumn("enclosed_message_types", _header(h.ENCLOSED_MESSAGE_TYPES))
+            .withColumn("message_type", first_message_type(F.col("enclosed_message_types")))
+            .withColumn("conversation_id", _header(h.CONVERSATION_ID))
+            .withColumn("correlation_id", _header(h.CORRELATION_ID))
+            .withColumn("originating_endpoint", _header(h.ORIGINATING_ENDPOINT))
+            .withColumn("content_type", _header(h.CONTENT_TYPE))
+            .withColumn("message_intent", _header(h.MESSAGE_INTENT))
+            .withColumn("time_sent", wire_time(_header(h.TIME_SENT)))
+            .withColumn("latency_ms", (F.unix_micros("received_at") - F.unix_micros("time_sent")) / 1000.0)
+            .withColumn("date", utc_date(F.coalesce("time_sent", "received_at"))))
+
+
+def with_body_columns(df: DataFrame) -> DataFrame:
+    """Decode the body: ``body_json`` (VARIANT) for JSON, ``body_text`` for other UTF-8 text, ``body_binary`` else.
+
+    A body is JSON when it parses as JSON and its content type is absent or names JSON; ``body_kind`` says which
+    column holds it (``json``, ``text``, ``binary`` or ``empty``).
+    """
+    text = F.col("body").cast("string")
+    utf8 = F.when(F.is_valid_utf8(text), text)
+    content_type = F.lower(F.trim(F.col("content_type")))
+    json_allowed = F.coalesce(content_type.contains("json") | (content_type == ""), F.lit(True))
+    parsed = F.when(json_allowed, F.try_parse_json(utf8))
+    kind = (F.when(F.col("body").isNull() | (F.length("body") == 0), F.lit("empty"))
+            .when(parsed.isNotNull(), F.lit("json"))
+            .when(utf8.isNotNull(), F.lit("text"))
+            .otherwise(F.lit("binary")))
+    return (df.withColumn("body_kind", kind)
+            .withColumn("body_json", F.when(F.col("body_kind") == "json", parsed))
+            .withColumn("body_text", F.when(F.col("body_kind") == "text", utf8))
+            .withColumn("body_binary", F.when(F.col("body_kind") == "binary", F.col("body"))))
+
+
+def deduplicate(df: DataFrame) -> DataFrame:
+    """One row per ``message_id``: the first received (the drain is at-least-once; duplicates share the Id).
+
+    ``deliveries`` counts the rows the message had in the input (1 unless it was delivered again).
+    """
+    same = Window.partitionBy("message_id")
+    first = same.orderBy(F.col("received_at").asc_nulls_last(), "seq", "native_id")
+    return (df.withColumn("_n", F.row_number().over(first)).withColumn("deliveries", F.count(F.lit(1)).over(same))
+            .where(F.col("_n") == 1).drop("_n"))
+
+
+def messages(raw: DataFrame) -> DataFrame:
+    """Drained rows (``INPUT_SCHEMA``) to typed, deduplicated messages (``MESSAGE_COLUMNS``)."""
+    return deduplicate(with_body_columns(with_header_columns(raw))).select(*MESSAGE_COLUMNS)

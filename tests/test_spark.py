@@ -1,0 +1,275 @@
+"""The PySpark job on ``local[2]``: typed header columns, decoded bodies, deduplication, partitioning, summary;
+the job through ``SparkSubmitOperator`` in ``dag.test()``; and ``sqlqueue demo`` end to end.
+
+Batches are Parquet files in the drain operator's own schema (``_parquet_schema``), written with chosen
+``received_at`` times so that latencies are exact. One Spark session serves the whole module.
+"""
+
+from __future__ import annotations  # noqa: I001  (tests.airflow_env must be imported before airflow)
+
+import tests.airflow_env as airflow_env
+from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_sqlqueue.operators.sqlqueue import _parquet_schema
+from airflow_sqlqueue.spark import columns
+from airflow_sqlqueue.spark.job import run
+from airflow_sqlqueue.spark.summary import read_summary
+from airflow_sqlqueue.transport import headers as h
+
+BASE = datetime(2024, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+PLACED = "Sales.Messages.Events.OrderPlaced"
+PLACED_TYPES = (f"{PLACED}, Sales.Messages, Version=1.0.0.0, Culture=neutral, PublicKeyToken=null;"
+                "NServiceBus.IMessage, NServiceBus.Core, Version=9.0.0.0")
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``local[2]`` session for the module (no UI, 2 shuffle partitions, warehouse in a temp folder)."""
+    from airflow_sqlqueue.spark.session import local_session
+
+    session = local_session("local[2]", "sqlqueue-tests", conf={
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
+    yield session
+    session.stop()
+
+
+def row(headers: dict[str, str] | str, body: bytes | None, *, received_at: datetime = BASE, seq: int = 1,
+        native_id: str | None = None) -> dict[str, Any]:
+    """One drained row as the drain operator writes it."""
+    return {"id": native_id or str(uuid.uuid4()), "seq": seq, "queue": "audit",
+            "headers": headers if isinstance(headers, str) else json.dumps(headers), "body": body,
+            "received_at": received_at}
+
+
+def nsb_headers(message_id: str | None = None, *, sent: datetime = BASE, types: str = PLACED_TYPES,
+                **extra: str) -> dict[str, str]:
+    headers = {h.MESSAGE_ID: message_id or str(uuid.uuid4()), h.ENCLOSED_MESSAGE_TYPES: types,
+               h.TIME_SENT: h.format_wire_time(sent), h.CONTENT_TYPE: "application/json"}
+    headers.update(extra)
+    return headers
+
+
+def write_batch(folder: Path, rows: list[dict[str, Any]], name: str | None = None) -> str:
+    """A batch file in the drain's Parquet schema."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (name or f"batch-{uuid.uuid4().hex}.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=_parquet_schema()), path)
+    return str(path)
+
+
+def output_rows(spark: Any, output: Path) -> dict[str, Any]:
+    """The job's output read back, by message id."""
+    return {r["message_id"]: r for r in spark.read.parquet(str(output / "messages")).collect()}
+
+
+# -- columns -------------------------------------------------------------------------------------------
+def test_headers_become_typed_columns(spark: Any, tmp_path: Path) -> None:
+    full = nsb_headers("m-full", sent=BASE - timedelta(seconds=2, microseconds=250),
+                       **{h.CONVERSATION_ID: "conv-1", h.CORRELATION_ID: "corr-1",
+                          h.ORIGINATING_ENDPOINT: "Sales", h.MESSAGE_INTENT: "Publish"})
+    native = str(uuid.uuid4())
+    bare = {h.ENCLOSED_MESSAGE_TYPES: "Billing.OrderBilled"}  # no MessageId, no TimeSent
+    untyped = {h.MESSAGE_ID: "m-untyped", h.TIME_SENT: "yesterday"}  # no type, unreadable time
+    write_batch(tmp_path / "in", [row(full, b"{}", seq=1), row(bare, b"{}", seq=2, native_id=native),
+                                  row(untyped, b"{}", seq=3)])
+
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    rows = output_rows(spark, tmp_path / "out")
+
+    assert set(rows) == {"m-full", native, "m-untyped"}
+    m = rows["m-full"]
+    assert (m.message_type, m.enclosed_message_types) == (PLACED, PLACED_TYPES)
+    assert (m.conversation_id, m.correlation_id, m.originating_endpoint, m.message_intent, m.content_type) == \
+           ("conv-1", "corr-1", "Sales", "Publish", "application/json")
+    assert m.time_sent.replace(tzinfo=timezone.utc) == BASE - timedelta(seconds=2, microseconds=250)
+    assert m.latency_ms == pytest.approx(2000.25)
+    assert (m.queue, m.seq, m.deliveries) == ("audit", 1, 1)
+    assert m.headers[h.ORIGINATING_ENDPOINT] == "Sales"
+    assert rows[native].native_id == native and rows[native].message_type == "Billing.OrderBilled"
+    assert rows["m-untyped"].message_type == columns.UNKNOWN_TYPE
+    assert rows["m-untyped"].time_sent is None and rows["m-untyped"].latency_ms is None
+    assert summary["without_time_sent"] == 2
+
+
+def test_json_bodies_are_parsed(spark: Any, tmp_path: Path) -> None:
+    order = {"OrderId": "ORD-1", "Amount": 12.5, "Lines": [{"Sku": "A", "Qty": 2}]}
+    write_batch(tmp_path / "in", [
+        row(nsb_headers("json"), json.dumps(order).encode()),
+        row(nsb_headers("no-content-type", **{h.CONTENT_TYPE: ""}), b'{"a": 1}'),
+        row(nsb_headers("xml", **{h.CONTENT_TYPE: "text/xml"}), b"<Order Id='1'/>"),
+        row(nsb_headers("json-not-json"), b"not json, but text"),
+    ])
+    run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    out = spark.read.parquet(str(tmp_path / "out" / "messages")).selectExpr(
+        "message_id", "body_kind", "variant_get(body_json, '$.OrderId', 'string') AS order_id",
+        "variant_get(body_json, '$.Lines[0].Qty', 'int') AS qty", "body_text", "body_binary")
+    rows = {r["message_id"]: r for r in out.collect()}
+
+    assert (rows["json"].body_kind, rows["json"].order_id, rows["json"].qty) == ("json", "ORD-1", 2)
+    assert rows["json"].body_text is None and rows["json"].body_binary is None
+    assert rows["xml"].body_kind == "text" and rows["xml"].body_text == "<Order Id='1'/>"
+    assert rows["json-not-json"].body_kind == "text" and rows["json-not-json"].body_text == "not json, but text"
+    assert rows["no-content-type"].body_kind == "json"
+
+
+def test_binary_bodies_are_kept(spark: Any, tmp_path: Path) -> None:
+    pdf = b"%PDF-1.7\n\xe2\xe3\xcf\xd3\x00\xff"
+    write_batch(tmp_path / "in", [row(nsb_headers("pdf", **{h.CONTENT_TYPE: "application/pdf"}), pdf),
+                                  row(nsb_headers("empty"), b""), row(nsb_headers("null"), None)])
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    rows = output_rows(spark, tmp_path / "out")
+
+    assert rows["pdf"].body_kind == "binary" and bytes(rows["pdf"].body_binary) == pdf
+    assert rows["pdf"].body_json is None and rows["pdf"].body_text is None
+    assert rows["empty"].body_kind == rows["null"].body_kind == "empty"
+    assert summary["body_kinds"] == {"json": 0, "text": 0, "binary": 1, "empty": 2}
+
+
+def test_duplicates_are_removed(spark: Any, tmp_path: Path) -> None:
+    """At-least-once input: a batch delivered again (same Ids) counts once; the first receipt is kept."""
+    first = [row(nsb_headers(f"m{i}"), b'{"n": %d}' % i, seq=i, received_at=BASE + timedelta(seconds=1))
+             for i in range(10)]
+    again = [{**r, "received_at": BASE + timedelta(seconds=30)} for r in first[:4]]
+    write_batch(tmp_path / "in", first)
+    write_batch(tmp_path / "in", again)
+
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    rows = output_rows(spark, tmp_path / "out")
+
+    assert len(rows) == 10 and summary["messages"] == 10
+    assert (summary["input_rows"], summary["duplicates_removed"]) == (14, 4)
+    assert [rows[f"m{i}"].deliveries for i in range(10)] == [2] * 4 + [1] * 6
+    assert all(r.received_at.replace(tzinfo=timezone.utc) == BASE + timedelta(seconds=1) for r in rows.values())
+
+
+def test_output_is_partitioned_by_type_and_utc_date(spark: Any, tmp_path: Path) -> None:
+    late = datetime(2024, 3, 1, 23, 30, tzinfo=timezone.utc)  # still March 1st in UTC, March 2nd in Tokyo
+    write_batch(tmp_path / "in", [
+        row(nsb_headers("a", sent=late), b"{}", received_at=late + timedelta(seconds=1)),
+        row(nsb_headers("b", sent=late + timedelta(hours=1)), b"{}", received_at=late + timedelta(hours=1)),
+        row(nsb_headers("c", sent=late, types="Billing.OrderBilled, Billing"), b"{}", received_at=late),
+    ])
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        run(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+    folders = {str(p.parent.relative_to(tmp_path / "out" / "messages"))
+               for p in (tmp_path / "out" / "messages").rglob("*.parquet")}
+    assert folders == {f"message_type={PLACED}/date=2024-03-01", f"message_type={PLACED}/date=2024-03-02",
+                       "message_type=Billing.OrderBilled/date=2024-03-01"}
+    placed = pq.read_table(tmp_path / "out" / "messages" / f"message_type={PLACED}" / "date=2024-03-01")
+    assert placed.column("message_id").to_pylist() == ["a"]
+
+
+def test_summary_counts_and_latency(spark: Any, tmp_path: Path) -> None:
+    rows = [row(nsb_headers(f"p{i}", sent=BASE - timedelta(seconds=i)), b"{}", seq=i) for i in range(1, 21)]
+    rows += [row(nsb_headers(f"b{i}", sent=BASE - timedelta(milliseconds=100), types="Billing.OrderBilled"), b"{}",
+                 seq=100 + i) for i in range(5)]
+    write_batch(tmp_path / "in", rows[:12])
+    write_batch(tmp_path / "in", rows[12:])
+
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+
+    assert read_summary(str(tmp_path / "out")) == {k: v for k, v in summary.items() if k != "summary_file"}
+    assert (summary["messages"], summary["input_rows"], summary["duplicates_removed"]) == (25, 25, 0)
+    assert list(summary["types"]) == [PLACED, "Billing.OrderBilled"]  # most messages first
+    placed = summary["types"][PLACED]
+    assert placed["count"] == 20
+    assert placed["latency_ms"] == {"min": 1000.0, "avg": 10500.0, "p50": 10000.0, "p95": 19000.0, "max": 20000.0}
+    assert summary["types"]["Billing.OrderBilled"] == {
+        "count": 5, "latency_ms": {"min": 100.0, "avg": 100.0, "p50": 100.0, "p95": 100.0, "max": 100.0}}
+    assert summary["latency_ms"]["min"] == 100.0 and summary["latency_ms"]["max"] == 20000.0
+    assert summary["dates"] == ["2024-03-01"]
+
+
+def test_no_batches_gives_an_empty_result(spark: Any, tmp_path: Path) -> None:
+    summary = run(spark, [], str(tmp_path / "out"))
+    assert (summary["messages"], summary["input_rows"], summary["types"]) == (0, 0, {})
+    assert (tmp_path / "out" / "messages" / "_SUCCESS").exists()
+    assert not list((tmp_path / "out" / "messages").rglob("*.parquet"))
+
+
+def test_bad_write_mode_is_refused(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="mode must be one of overwrite, append, error"):
+        run(spark, [], str(tmp_path / "out"), mode="replace")
+    assert not (tmp_path / "out").exists()
+
+
+# -- spark-submit --------------------------------------------------------------------------------------
+def test_spark_submit_operator_runs_the_job(airflow_db: None, tmp_path: Path,  # noqa: F811
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SparkSubmitOperator`` with ``spark_submit_arguments`` on a ``local[2]`` connection, in ``dag.test()``."""
+    write_batch(tmp_path / "in", [row(nsb_headers(f"m{i}"), b'{"n": 1}', seq=i) for i in range(6)])
+    write_batch(tmp_path / "in", [row(nsb_headers("m0"), b'{"n": 1}', seq=0)])  # delivered twice
+    airflow_env.set_connection("sqlqueue_spark_test", {"conn_type": "spark", "host": "local[2]"})
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+
+    dag = airflow_env.load_dag("sqlqueue_spark_submit", "sqlqueue_spark_submit.py")
+    dag_run = dag.test(run_conf={"input": str(tmp_path / "in"), "output": str(tmp_path / "out")})
+
+    assert str(dag_run.state) == "success", airflow_env.task_states(dag_run)
+    summary = read_summary(str(tmp_path / "out"))
+    assert (summary["messages"], summary["duplicates_removed"]) == (6, 1)
+    assert list((tmp_path / "out" / "messages" / f"message_type={PLACED}").glob("date=2024-03-01/*.parquet"))
+
+
+# -- the demo ------------------------------------------------------------------------------------------
+def _demo(cwd: Path, output: Path, messages: int, env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "airflow_sqlqueue.cli", "demo", "--output", str(output),
+                           "--messages", str(messages), "--json"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_demo_end_to_end_adds_up_and_runs_twice(tmp_path: Path) -> None:
+    """``sqlqueue demo`` in a clean directory: every message counted, files in place, nothing left elsewhere."""
+    cwd, home, tmp = tmp_path / "cwd", tmp_path / "home", tmp_path / "tmp"
+    for folder in (cwd, home, tmp):
+        folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({"HOME": str(home), "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    output = cwd / "demo-output"
+
+    report = _demo(cwd, output, 1000, env)
+
+    assert report["adds_up"] is True
+    assert (report["sent"], report["processed"], report["expired"], report["error_queue"],
+            report["left_in_queue"]) == (1000, 940, 50, 10, 0)
+    assert sum(t["sent"] for t in report["per_type"].values()) == 1000
+    assert sum(t["processed"] for t in report["per_type"].values()) == 940
+    assert report["per_type"]["Sales.Messages.Events.PriceQuoted"] == {"sent": 50, "processed": 0,
+                                                                       "latency_ms": None}
+    assert report["dag_run"]["state"] == "success" and report["findings"] == []
+    messages = Path(report["files"]["messages"])
+    assert sorted(p.name.split("=")[0] for p in messages.iterdir() if p.is_dir()) == ["message_type"] * 4
+    assert all(p.name.startswith("date=") for p in messages.glob("message_type=*/*"))
+    assert report["files"]["batch_files"] == len(list(Path(report["files"]["batches"]).glob("*.parquet"))) >= 2
+    assert json.loads(Path(report["files"]["summary"]).read_text())["messages"] == 940
+    assert sorted(p.name for p in output.iterdir()) == ["airflow-home", "demo.log", "queues.db", "report.json",
+                                                        "runs"]
+    assert sorted(p.name for p in cwd.iterdir()) == ["demo-output"]  # no spark-warehouse/, metastore_db/
+    assert list(home.iterdir()) == [] and list(tmp.iterdir()) == []  # no ~/airflow, no stray temp dirs
+
+    again = _demo(cwd, output, 200, env)  # the same folder again: starts from scratch
+    assert again["adds_up"] is True and (again["sent"], again["processed"]) == (200, 188)
+    assert len(list((output / "runs").iterdir())) == 1
