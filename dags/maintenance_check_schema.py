@@ -23,6 +23,7 @@ One mapped task per `(connection, queue)` inspects the table and reports finding
 | `wrong_column_type`, `missing_column` | not the NServiceBus table shape | needs a person |
 | `heap_bloat` | SQL Server: heap pages far above the rows it holds | `ALTER TABLE ... REBUILD` |
 | `dead_tuples` | PostgreSQL: dead tuples outnumber live ones | `VACUUM` |
+| `missing_queue` | a configured queue has no table | create it with `sqlqueue_provision_queues` |
 
 * **Params**: `repair` (default off) runs the repairs (needs DDL rights) and checks again; `fail_on_findings`
   (default on) fails the `report` task while findings remain; `connections`, `queues`, `config` choose the queues.

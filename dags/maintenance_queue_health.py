@@ -36,7 +36,7 @@ with DAG(
     max_active_runs=1,
     tags=["sqlqueue", "maintenance"],
     doc_md=DOC,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "execution_timeout": timedelta(minutes=5)},
     params={**target_params(),
             "max_depth": Param(None, type=["null", "integer"], minimum=0, title="Max depth",
                                description="Override every queue's depth threshold for this run."),

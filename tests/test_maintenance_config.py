@@ -128,3 +128,20 @@ def test_mssql_health_sample_statements_parse_as_tsql() -> None:
         text = health._SLOT.sub(lambda m: samples.identifiers[m.group(1)], statement.text)
         sql, _ = statement.convert(text, "qmark")
         assert sqlglot.parse(sql, read="tsql"), name
+
+
+def test_health_report_warns_instead_of_failing_and_survives_a_broken_alert_callback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    samples = [{"conn_id": "c", "queue": "q", "depth": 9, "oldest_age_seconds": None, "max_depth": 3,
+                "max_age_seconds": None, "breaches": ["depth 9 > 3"]}]
+    config = {"connections": ["c"], "alert_callback": "tests.no_such_module.notifier"}
+    assert tasks.health_report(samples, {"config": config, "on_breach": "warn"}) == samples
+    assert "alert_callback 'tests.no_such_module.notifier' cannot be imported" in caplog.text
+    assert "thresholds crossed: q on c: depth 9 > 3" in caplog.text
+    with pytest.raises(tasks.QueueHealthError, match="thresholds crossed: q on c: depth 9 > 3"):
+        tasks.health_report(samples, {"config": config})
+
+
+def test_every_dialect_has_the_same_health_statements() -> None:
+    names = {d: set(health._statements(d)) for d in ("sqlite", "postgres", "mssql")}
+    assert names["sqlite"] == names["postgres"] == names["mssql"], names

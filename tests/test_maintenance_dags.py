@@ -92,6 +92,22 @@ def count(db: Db, queue: str) -> int:
     return len(db.transport.browse(queue, limit=10_000))
 
 
+def fill_queues(db: Db) -> None:
+    """The database the maintenance DAGs are run against: ``orders`` with expired, fresh, never-expiring and
+    poison messages; ``audit`` with expired ones only; ``legacy`` with messages but its indexes dropped; ``error``."""
+    t, q = db.transport, db.q
+    t.create_queues([q("orders"), q("audit"), q("legacy"), q("error")])
+    t.send_many(q("orders"), [OutgoingMessage(f"old-{i}", time_to_be_received=0.001) for i in range(5)])
+    t.send_many(q("audit"), [OutgoingMessage(f"old-{i}", time_to_be_received=0.001) for i in range(3)])
+    t.send_many(q("orders"), [OutgoingMessage(f"fresh-{i}", time_to_be_received=3600) for i in range(3)]
+                + [OutgoingMessage("forever")])
+    insert_poison(db, q("orders"))
+    insert_poison(db, q("orders"))
+    t.send_many(q("legacy"), ["kept-0", OutgoingMessage("kept-1", time_to_be_received=3600)])
+    drop_indexes(db, q("legacy"))
+    time.sleep(0.1)  # the TTBR of 1 ms has passed for every "old-" message
+
+
 def task_log(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> str:
     """What the tasks of the run logged through the provider's loggers (their task log), at ``level`` or above."""
     return "\n".join(r.getMessage() for r in caplog.records
@@ -127,14 +143,7 @@ def inject_deadlocks(monkeypatch: pytest.MonkeyPatch, db: Db, queue: str, times:
 def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
                        caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
-    t.create_queues([q("orders"), q("audit"), q("error")])
-    t.send_many(q("orders"), [OutgoingMessage(f"old-{i}", time_to_be_received=0.001) for i in range(5)])
-    t.send_many(q("audit"), [OutgoingMessage(f"old-{i}", time_to_be_received=0.001) for i in range(3)])
-    t.send_many(q("orders"), [OutgoingMessage(f"fresh-{i}", time_to_be_received=3600) for i in range(3)]
-                + [OutgoingMessage("forever")])
-    insert_poison(qdb, q("orders"))
-    insert_poison(qdb, q("orders"))
-    time.sleep(0.1)
+    fill_queues(qdb)
     # configuration through the Variable: discovery on the test's connection, small batches
     monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({**conn_config(qdb), "purge_batch_size": 2}))
     # the second batch on orders deadlocks 6 times: 5 retries by the transport, then one more purge by the task
@@ -143,12 +152,14 @@ def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # 
 
     dr = run("sqlqueue_purge_expired")
     assert str(dr.state) == "success", airflow_env.task_states(dr)
-    orders, audit, error = (t.name(q(n)) for n in ("orders", "audit", "error"))
+    orders, audit, legacy, error = (t.name(q(n)) for n in ("orders", "audit", "legacy", "error"))
+    expected = {orders: 5, audit: 3, legacy: 0, error: 0}
     report = airflow_env.xcom_value(dr, "report")
-    assert report == {CONN_ID: {orders: 5, audit: 3, error: 0}}, report
+    assert report == {CONN_ID: expected}, report
     per_queue = airflow_env.xcom_value(dr, "purge")
-    assert sorted((r["queue"], r["purged"]) for r in per_queue) == sorted([(orders, 5), (audit, 3), (error, 0)])
+    assert {r["queue"]: r["purged"] for r in per_queue} == expected
     assert count(qdb, q("orders")) == 6 and count(qdb, q("audit")) == 0  # fresh, forever and the poison rows
+    assert count(qdb, q("legacy")) == 2
     assert calls[0] == 9  # batches 2, 2, 1 after the 6 deadlocks: nothing deleted twice, nothing missed
     # the task log: deadlocks as warnings, each queue's count, and the report's table
     warnings = task_log(caplog, logging.WARNING)
@@ -158,11 +169,10 @@ def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # 
     log = task_log(caplog)
     assert f"purged 5 expired messages from {orders} on {CONN_ID} (batches of 2)" in log
     assert f"purged 3 expired messages from {audit} on {CONN_ID} (batches of 2)" in log
-    table = log[log.index("expired messages purged:"):]
-    assert [line.split() for line in table.splitlines()[1:6]] == [
-        ["conn_id", "queue", "purged"], ["-" * len(CONN_ID), "-" * max(len(orders), len(audit), len(error), 5),
-                                         "------"],
-        *[[CONN_ID, name, str(n)] for name, n in sorted([(orders, 5), (audit, 3), (error, 0)])]]
+    table = log[log.index("expired messages purged:"):].splitlines()
+    assert table[1].split() == ["conn_id", "queue", "purged"]
+    rows = sorted(line.split() for line in table[3:3 + len(expected)])
+    assert rows == sorted([CONN_ID, name, str(n)] for name, n in expected.items())
 
 
 def make_dead_tuples(db: Db, queue: str, rows: int = 12_000) -> None:
@@ -185,11 +195,11 @@ def make_dead_tuples(db: Db, queue: str, rows: int = 12_000) -> None:
 def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
                                  monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
-    t.create_queues([q("legacy"), q("healthy"), q("bloated")])
-    drop_indexes(qdb, q("legacy"))
+    fill_queues(qdb)  # legacy lost its indexes; poison and expired rows elsewhere are no findings
     expected = {"legacy": {"missing_expires_index"} | ({"missing_seq_index"} if qdb.kind == "postgres" else set()),
-                "healthy": set(), "bloated": set()}
+                "orders": set(), "audit": set(), "error": set()}
     if qdb.kind == "postgres":
+        t.create_queues([q("bloated")])
         make_dead_tuples(qdb, q("bloated"))
         expected["bloated"] = {"dead_tuples"}
     for name, codes in expected.items():
@@ -213,7 +223,7 @@ def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F
         (t.name(q(name)), code, "repaired") for name, codes in expected.items() for code in codes)
     # the findings, as a table in the task log
     log = task_log(caplog)
-    table = log[log.index("findings on 3 queues"):].splitlines()
+    table = log[log.index(f"findings on {len(expected)} queues"):].splitlines()
     assert table[1].split() == ["conn_id", "queue", "code", "repairable", "status", "message"]
     found = {tuple(line.split()[1:5]) for line in table[3:3 + len(rows)]}
     assert found == {(t.name(q(name)), code, "True", "repaired") for name, codes in expected.items() for code in codes}
@@ -243,7 +253,8 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
                                                           caplog: pytest.LogCaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     t.create_queues([q("deep"), q("stale"), q("calm")])
-    t.send_many(q("deep"), [f"m{i}" for i in range(5)])
+    t.send_many(q("deep"), [f"m{i}" for i in range(4)] + [OutgoingMessage("gone", time_to_be_received=0.001)])
+    insert_poison(qdb, q("deep"))  # poison and expired rows are part of the depth until received or purged
     old = h.format_wire_time(datetime.now(timezone.utc) - timedelta(hours=2))
     t.send(q("stale"), OutgoingMessage("late", headers={h.TIME_SENT: old}))
     t.send(q("calm"), "fine")
@@ -262,7 +273,7 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
     assert states["report"] == "failed" and states["sample[0]"] == "success", states
     deep, stale, calm = (t.name(q(n)) for n in ("deep", "stale", "calm"))
     samples = {s["queue"]: s for s in airflow_env.xcom_value(dr, "sample")}
-    assert samples[deep]["depth"] == 5 and samples[deep]["breaches"] == ["depth 5 > 3"]
+    assert samples[deep]["depth"] == 6 and samples[deep]["breaches"] == ["depth 6 > 3"]
     assert samples[stale]["oldest_age_seconds"] > 7000
     assert samples[stale]["breaches"][0].startswith("oldest message")
     assert samples[calm]["breaches"] == []
@@ -271,13 +282,13 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
     assert alert["text"] == "sqlqueue_queue_health: 2 queues over threshold"
     assert sorted(s["queue"] for s in alert["breaches"]) == sorted([deep, stale])
     logged = [line.split() for line in task_log(caplog).splitlines() if line.startswith(CONN_ID + " ")]
-    assert [CONN_ID, deep, "5", "-", "3", "-", "depth", "5", ">", "3"] in logged  # the health table in the log
+    assert [CONN_ID, deep, "6", "-", "3", "-", "depth", "6", ">", "3"] in logged  # the health table in the log
     assert [CONN_ID, calm, "1", "-", "3", "-", "ok"] in logged
     # one sample per queue recorded, with its connection, readable as the queue's recent history
     recorded = qdb.sql(f"SELECT conn_id, queue_name, depth FROM {table}")  # noqa: S608
-    assert sorted(recorded) == sorted((CONN_ID, n, d) for n, d in ((deep, 5), (stale, 1), (calm, 1)))
+    assert sorted(recorded) == sorted((CONN_ID, n, d) for n, d in ((deep, 6), (stale, 1), (calm, 1)))
     history = health.recent_samples(t, table, CONN_ID, q("deep"), datetime.now(timezone.utc) - timedelta(hours=1))
-    assert [s["depth"] for s in history] == [5]
+    assert [s["depth"] for s in history] == [6]
 
 
 def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
