@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -80,6 +82,16 @@ class Cli:
         return {r[0] for r in rows}
 
 
+@contextmanager
+def database(kind: str, tmp_path: Path) -> Iterator[Db]:
+    """One test database outside the parametrized ``db`` fixture (for tests that need only one dialect)."""
+    made = make_db(kind, tmp_path)
+    try:
+        yield next(made)
+    finally:
+        next(made, None)  # closes it (and drops the PostgreSQL schema)
+
+
 @pytest.fixture
 def cli(db: Db) -> Cli:
     """The CLI on a database where ``orders`` (with its delayed table), ``billing`` and ``error`` exist."""
@@ -138,17 +150,17 @@ def test_url_from_the_environment_variable(cli: Cli):
     assert run("peek", cli.db.q("orders"), env={"SQLQUEUE_URL": cli.db.url}).out == "1\n"
 
 
-def test_airflow_connection_by_conn_id(cli: Cli, tmp_path: Path):
-    if cli.db.kind == "sqlite":
-        conn = {"conn_type": "sqlite", "host": cli.db.url[len("sqlite:///"):]}
-    else:
+def test_airflow_connection_by_conn_id(tmp_path: Path):
+    """An Airflow connection from an AIRFLOW_CONN_<ID> variable (once: each run imports Airflow, ~3 s)."""
+    with database("postgres", tmp_path) as db:
         url = urlsplit(PG_URL)
-        conn = {"conn_type": "postgres", "host": url.hostname, "port": url.port or 5432,
-                "login": url.username, "schema": url.path.lstrip("/")}
-    env = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW_CONN_QUEUES_DB": json.dumps(conn)}
-    cli.db.transport.send_many(cli.db.q("orders"), [b"a", b"b"])
-    result = run("--conn-id", "queues_db", "--json", "peek", cli.db.q("orders"), env=env)
-    assert result.json == [{"queue": cli.name("orders"), "depth": 2}]
+        conn = {"conn_type": "postgres", "host": url.hostname, "port": url.port or 5432, "login": url.username,
+                "password": url.password, "schema": url.path.lstrip("/")}
+        env = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW_CONN_QUEUES_DB": json.dumps(conn)}
+        db.transport.create_queues([db.q("orders")])
+        db.transport.send_many(db.q("orders"), [b"a", b"b"])
+        result = run("--conn-id", "queues_db", "--json", "peek", db.q("orders"), env=env)
+        assert result.json == [{"queue": db.transport.name(db.q("orders")), "depth": 2}]
 
 
 def test_airflow_connection_errors(tmp_path: Path):
@@ -444,19 +456,18 @@ def run_on_terminal(args: list[str], stdin: bytes | None = None) -> tuple[int, s
 
 
 def test_progress_bars_only_on_a_terminal_and_never_with_json(tmp_path: Path):
-    db = next(make_db("sqlite", tmp_path))  # the bars do not depend on the database
-    db.transport.create_queues(["orders"])
-    lines = "".join(f"m{i}\n" for i in range(2500)).encode()
-    code, out, screen = run_on_terminal(["--url", db.url, "send", "orders"], stdin=lines)
-    assert code == 0 and out == "sent 2500 messages to orders\n" and "sending to orders" in screen
-    code, out, screen = run_on_terminal(["--url", db.url, "receive", "orders", "--max", "2000"])
-    assert code == 0 and "receiving from orders" in screen and "received 2000 messages" in screen
-    assert [line.split()[-1] for line in out.splitlines()] == [f"m{i}" for i in range(2000)]  # stdout intact
-    code, out, screen = run_on_terminal(["--url", db.url, "--json", "receive", "orders", "--max", "2000"])
-    assert code == 0 and screen == "" and [json.loads(x)["body"] for x in out.splitlines()] == [
-        f"m{i}" for i in range(2000, 2500)]
-    piped = run("--url", db.url, "send", "orders", stdin=lines)
-    assert piped.err == "" and piped.out == "sent 2500 messages to orders\n"
-    code, out, screen = run_on_terminal(["--url", db.url, "purge-expired", "orders"])
-    assert code == 0 and "purging orders" in screen and out.split()[-2:] == ["orders", "0"]
-    db.transport.close()
+    with database("sqlite", tmp_path) as db:  # the bars do not depend on the database
+        db.transport.create_queues(["orders"])
+        lines = "".join(f"m{i}\n" for i in range(2500)).encode()
+        code, out, screen = run_on_terminal(["--url", db.url, "send", "orders"], stdin=lines)
+        assert code == 0 and out == "sent 2500 messages to orders\n" and "sending to orders" in screen
+        code, out, screen = run_on_terminal(["--url", db.url, "receive", "orders", "--max", "2000"])
+        assert code == 0 and "receiving from orders" in screen and "received 2000 messages" in screen
+        assert [line.split()[-1] for line in out.splitlines()] == [f"m{i}" for i in range(2000)]  # stdout intact
+        code, out, screen = run_on_terminal(["--url", db.url, "--json", "receive", "orders", "--max", "2000"])
+        assert code == 0 and screen == "" and [json.loads(x)["body"] for x in out.splitlines()] == [
+            f"m{i}" for i in range(2000, 2500)]
+        piped = run("--url", db.url, "send", "orders", stdin=lines)
+        assert piped.err == "" and piped.out == "sent 2500 messages to orders\n"
+        code, out, screen = run_on_terminal(["--url", db.url, "purge-expired", "orders"])
+        assert code == 0 and "purging orders" in screen and out.split()[-2:] == ["orders", "0"]
