@@ -196,13 +196,13 @@ def health_report(samples: Sequence[dict[str, Any]], params: dict[str, Any] | No
     rows = [{**s, "status": "; ".join(s["breaches"]) or "ok"} for s in samples]
     log.info("queue health:\n%s", format_table(
         rows, ("conn_id", "queue", "depth", "oldest_age_seconds", "max_depth", "max_age_seconds", "status")))
-    record(config, samples)
     crossed = [s for s in samples if s["breaches"]]
+    if crossed and config.alert_callback:  # first: a failure to record must not hold the alert back
+        alert(config.alert_callback, {**dict(context or {}), "sqlqueue_breaches": crossed})
+    record(config, samples)
     if not crossed:
         return samples
     text = "; ".join(f"{s['queue']} on {s['conn_id']}: {', '.join(s['breaches'])}" for s in crossed)
-    if config.alert_callback:
-        alert(config.alert_callback, {**dict(context or {}), "sqlqueue_breaches": crossed})
     if (params or {}).get("on_breach", "fail") == "warn":
         log.warning("thresholds crossed: %s", text)
         return samples
