@@ -145,3 +145,8 @@ def test_health_report_warns_instead_of_failing_and_survives_a_broken_alert_call
 def test_every_dialect_has_the_same_health_statements() -> None:
     names = {d: set(health._statements(d)) for d in ("sqlite", "postgres", "mssql")}
     assert names["sqlite"] == names["postgres"] == names["mssql"], names
+
+
+def test_an_unknown_connection_fails_at_once_naming_it() -> None:
+    with pytest.raises(tasks.BadConfigurationError, match="connection 'no_such_conn' is not defined in Airflow"):
+        tasks.find_targets({"config": {"connections": ["no_such_conn"]}})

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow.sdk import BaseNotifier
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
 from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
@@ -58,7 +58,13 @@ def transport_for(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueue
     """The transport of an Airflow connection, closed afterwards."""
     hook = SqlQueueHook(conn_id, error_queue=error_queue)
     try:
-        yield hook.transport
+        try:
+            transport = hook.transport
+        except AirflowNotFoundException:
+            raise BadConfigurationError(
+                f"connection {conn_id!r} is not defined in Airflow: add it, or correct the connection ids in the "
+                "maintenance configuration or the params") from None
+        yield transport
     finally:
         hook.close()
 
