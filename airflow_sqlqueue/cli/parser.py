@@ -19,19 +19,21 @@ exit codes: 0 success; 1 findings (check) or nothing received (receive --require
 """
 
 
-def _common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """Options every subcommand accepts; given after the subcommand they override those given before it."""
-    def default(value: object) -> object:
-        return value if top else argparse.SUPPRESS
-
-    parser.add_argument("--url", default=default(None), help="database URL (default: $SQLQUEUE_URL)")
-    parser.add_argument("--conn-id", default=default(None), metavar="ID",
+def _connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Where the queues are; given after the subcommand, an option overrides the same one given before it."""
+    parser.add_argument("--url", default=None if top else argparse.SUPPRESS,
+                        help="database URL (default: $SQLQUEUE_URL)")
+    parser.add_argument("--conn-id", default=None if top else argparse.SUPPRESS, metavar="ID",
                         help="an Airflow connection (mssql, odbc, postgres or sqlite) instead of --url")
-    parser.add_argument("--error-queue", default=default("error"), metavar="QUEUE",
+    parser.add_argument("--error-queue", default="error" if top else argparse.SUPPRESS, metavar="QUEUE",
                         help="the error queue (default: error)")
-    parser.add_argument("--json", action="store_true", default=default(False),
+
+
+def _output_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """How results are shown (before or after the subcommand)."""
+    parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
                         help="one JSON object per line, for scripts")
-    parser.add_argument("--debug", action="store_true", default=default(False),
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
                         help="show tracebacks and debug logs")
 
 
@@ -41,14 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sqlqueue", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONNECTION_HELP,
         description="Operate SQL queue tables (the NServiceBus SQL transport design) on SQL Server, PostgreSQL "
                     "and SQLite.")
-    _common_options(parser, top=True)
-    common = argparse.ArgumentParser(add_help=False)
-    _common_options(common, top=False)
+    _connection_options(parser, top=True)
+    _output_options(parser, top=True)
+    connection, output = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    _connection_options(connection, top=False)
+    _output_options(output, top=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_text, description=help_text, parents=[common],
-                              epilog="examples:\n" + examples + "\n\n" + CONNECTION_HELP,
+    def command(name: str, help_text: str, examples: str, *, connects: bool = True) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text,
+                              parents=[connection, output] if connects else [output],
+                              epilog="examples:\n" + examples + ("\n\n" + CONNECTION_HELP if connects else ""),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
     p = command("create", "create queue tables (idempotent; never creates schemas)",
@@ -59,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("ddl", "print the DDL script for a DBA to review (no connection needed)",
                 "  sqlqueue ddl orders error --dialect mssql\n"
-                "  sqlqueue ddl '\"sales\".\"orders\"' --dialect postgres --delayed > create-queues.sql")
+                "  sqlqueue ddl '\"sales\".\"orders\"' --dialect postgres --delayed > create-queues.sql",
+                connects=False)
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument("--dialect", required=True, choices=DIALECT_NAMES)
     p.add_argument("--delayed", action="store_true", help="include the .Delayed tables")
@@ -119,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=int, metavar="N", help="return at most this many")
 
     p = command("demo", "run the end-to-end demo on a SQLite file",
-                "  sqlqueue demo\n  sqlqueue demo --messages 2000")
+                "  sqlqueue demo\n  sqlqueue demo --messages 2000", connects=False)
     p.add_argument("--output", default="demo-output", help="output folder (default ./demo-output)")
     p.add_argument("--messages", type=int, default=10_000)
     return parser
