@@ -304,7 +304,7 @@ def demo(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         print(format_report(report))
-    return 0
+    return 0 if report["adds_up"] else 1  # 1: the counts do not add up (a finding)
 
 
 COMMANDS = {
