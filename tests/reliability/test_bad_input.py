@@ -175,8 +175,22 @@ def test_unknown_dialect_refused_clearly():
 
 def test_connection_of_the_wrong_database_refused_clearly(tmp_path):
     transport = SqlQueueTransport(lambda: sqlite3.connect(tmp_path / "x.db"), "postgres")
-    with pytest.raises(UnsupportedConnectionError, match="sqlite"):
+    with pytest.raises(UnsupportedConnectionError, match="sqlite3 connection was given to the postgres dialect"):
         transport.send("orders", b"x")
+    assert not (tmp_path / "x.db").stat().st_size, "something was written to the SQLite file"
+
+
+def test_postgres_connection_given_to_the_sqlite_dialect_refused_before_any_sql(db):
+    if db.kind != "postgres":
+        pytest.skip("a PostgreSQL connection")
+    import psycopg
+
+    before = catalog(db)
+    transport = SqlQueueTransport(lambda: psycopg.connect(db.url), "sqlite")
+    with pytest.raises(UnsupportedConnectionError, match="psycopg connection was given to the sqlite dialect"):
+        transport.create_queue(db.q("orders"))
+    transport.close()
+    assert catalog(db) == before
 
 
 # -- fuzz: what tests/test_addresses.py and tests/test_headers.py do not cover ------------------------------
