@@ -254,18 +254,22 @@ def test_send_delay_goes_through_the_delayed_table(cli: Cli):
     assert "has no delayed table" in cli("send", billing, "--body", "x", "--delay", "1", code=2).err
 
 
-def test_send_input_errors_send_nothing(cli: Cli, tmp_path: Path):
-    orders = cli.db.q("orders")
-    for args, says in [(["--body", "x", "--count", "0"], "--count must be 1 or more"),
-                       (["--body", "x", "--header", "novalue"], "KEY=VALUE"),
-                       (["--body", "x", "--ttbr", "-1"], "must be positive"),
-                       (["--body", "x", "--ttbr", "5", "--delay", "5"], "both a delay"),
-                       (["--body", "x", "--ttbr", "soon"], "invalid float value"),
-                       (["--body", "x", "--body-file", "f"], "not allowed with argument"),
-                       (["--body-file", str(tmp_path / "nope")], "cannot read --body-file")]:
-        assert says in cli("send", orders, *args, code=2).err
-    assert cli("send", orders).out == f"sent 0 messages to {cli.name('orders')}\n"  # empty stdin
-    assert cli.db.transport.peek(orders) == 0
+def test_send_input_errors_send_nothing(tmp_path: Path):
+    """Checked before anything is sent, the same way on every database (so once, on SQLite)."""
+    with database("sqlite", tmp_path) as db:
+        db.transport.create_queues(["orders"])
+        cli = Cli(db)
+        orders = "orders"
+        for args, says in [(["--body", "x", "--count", "0"], "--count must be 1 or more"),
+                           (["--body", "x", "--header", "novalue"], "KEY=VALUE"),
+                           (["--body", "x", "--ttbr", "-1"], "must be positive"),
+                           (["--body", "x", "--ttbr", "5", "--delay", "5"], "both a delay"),
+                           (["--body", "x", "--ttbr", "soon"], "invalid float value"),
+                           (["--body", "x", "--body-file", "f"], "not allowed with argument"),
+                           (["--body-file", str(tmp_path / "nope")], "cannot read --body-file")]:
+            assert says in cli("send", orders, *args, code=2).err
+        assert cli("send", orders).out == f"sent 0 messages to {cli.name('orders')}\n"  # empty stdin
+        assert cli.db.transport.peek(orders) == 0
 
 
 def test_receive_exit_codes(cli: Cli):

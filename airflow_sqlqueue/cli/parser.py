@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "  sqlqueue send orders --body 'later' --delay 60        # needs: create orders --delayed")
     p.add_argument("queue", metavar="QUEUE")
     body = p.add_mutually_exclusive_group()
-    body.add_argument("--body", help="the body text (sent as UTF-8)")
+    body.add_argument("--body", help="the body text (its bytes as given)")
     body.add_argument("--body-file", metavar="PATH", help="a file whose bytes are the body")
     p.add_argument("--header", action="append", default=[], metavar="K=V", help="a header (repeatable)")
     p.add_argument("--ttbr", type=float, metavar="SECONDS", help="time to be received (the row expires after it)")
