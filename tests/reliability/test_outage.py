@@ -2,7 +2,8 @@
 
 The PostgreSQL server is shared with other engineers, so it is never restarted here: the outage is
 ``pg_terminate_backend`` of this test's own backends (found by a unique ``application_name``), several times
-while a drain runs. The breaker's timing (arm at the first failure, 1 s back-off while armed, critical after
+while a drain runs, and for a restart also refusing every new connection for a moment (the connect function
+points at a closed port). The breaker's timing (arm at the first failure, 1 s back-off while armed, critical after
 30 s, 10 s back-off once triggered) is checked with an injected clock.
 """
 
@@ -73,8 +74,10 @@ def _pg_only(db) -> None:
         pytest.skip("backends to terminate: PostgreSQL")
 
 
-def _outage(db, app: str, run) -> tuple[threading.Thread, list[BaseException], int]:
-    """Run ``run()`` in a thread and terminate this test's backends TERMINATIONS times while it runs."""
+def _outage(db, app: str, run, down: threading.Event | None = None,
+            rounds_wanted: int = TERMINATIONS) -> tuple[threading.Thread, list[BaseException], int]:
+    """Run ``run()`` in a thread and terminate this test's backends ``rounds_wanted`` times while it runs; with
+    ``down``, new connections are also refused for a moment each time (what a restart looks like)."""
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -88,9 +91,14 @@ def _outage(db, app: str, run) -> tuple[threading.Thread, list[BaseException], i
     rng = random.Random(f"{SEED}:outage:{app}")
     terminated = 0
     rounds = 0
-    while thread.is_alive() and rounds < TERMINATIONS:
+    while thread.is_alive() and rounds < rounds_wanted:
         time.sleep(rng.uniform(0.05, 0.25))
+        if down is not None:
+            down.set()
         terminated += terminate(db, app)
+        if down is not None:
+            time.sleep(rng.uniform(1.2, 1.5))  # "restarting", longer than the 1 s back-off: reconnects are refused
+            down.clear()
         rounds += 1
     thread.join(180)
     assert not thread.is_alive(), "the drain did not finish"
@@ -168,6 +176,52 @@ def test_terminated_backends_while_draining(queues):
     assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
     summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
             lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)))
+
+
+def test_restart_while_draining(queues):
+    """The closest thing to a restart on a shared server: this test's backends are terminated and, for a moment,
+    every new connection is refused; the receivers back off 1 s per failure and carry on, nothing is lost."""
+    _pg_only(queues)
+    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
+    q = queues.q("orders")
+    sent = fill(queues, q, OUTAGE_MESSAGES)
+    down = threading.Event()
+    refused = Counter()
+
+    def connect():
+        if down.is_set():
+            refused["attempts"] += 1
+            return psycopg.connect(CLOSED_PORT_URL)  # refused, as while PostgreSQL restarts
+        return psycopg.connect(with_application_name(queues.url, app), autocommit=False)
+
+    t = SqlQueueTransport(guard_connect(connect, "the test server", None), "postgres", error_queue=queues.q("error"))
+    stored: list[bytes] = []
+    lock = threading.Lock()
+
+    def sink(messages):
+        time.sleep(0.002)
+        with lock:
+            stored.extend(m.body for m in messages)
+        return len(messages)
+
+    breaker = RecordingBreaker(t.name(q))
+    try:
+        _, errors, terminated = _outage(queues, app, lambda: drain(
+            t, t.address(q), sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
+            breaker=breaker), down=down, rounds_wanted=2)
+        assert not errors, errors
+    finally:
+        t.close()
+    wait_gone(queues, app)
+    missing = lost(sent, stored)
+    assert not missing, f"{len(missing)} lost"
+    assert count(queues, "orders") == 0
+    assert refused["attempts"] > 0, "no connection attempt fell in a restart window"
+    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
+    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    summary("restart_window[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated + refused["attempts"],
+            lost=len(missing), terminated=terminated, refused_connects=refused["attempts"],
+            breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)))
 
 
 # -- circuit breaker timing with an injected clock ----------------------------------------------------------
