@@ -49,7 +49,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"  latency time sent -> drained (ms): min {_n(latency['min'])}, avg {_n(latency['avg'])}, "
         f"p50 {_n(latency['p50'])}, p95 {_n(latency['p95'])}, max {_n(latency['max'])}",
         f"  throughput (msg/s): send {_n(speed['send'])}, drain {_n(speed['drain'])}, "
-        f"Spark {_n(speed['spark'])}, end to end {_n(speed['end_to_end'])}",
+        f"Spark task (with JVM start) {_n(speed['spark'])}, end to end {_n(speed['end_to_end'])}",
         "  phases (s): " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in phases.items()),
         f"  DAG {report['dag_run']['dag_id']} {report['dag_run']['state']}: "
         + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in tasks.items()),

@@ -135,6 +135,9 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: in
     """
     if isinstance(messages, bool) or not isinstance(messages, int) or messages < MIN_MESSAGES:
         raise ValueError(f"--messages must be an integer of at least {MIN_MESSAGES}, got {messages!r}")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RuntimeError("the demo runs Spark, which needs Java 17 or later: install it (e.g. apt-get install "
+                           "openjdk-17-jre-headless) or set JAVA_HOME")
     clock = _Clock()
     out = Path(output_dir).resolve()
     _prepare(out)
