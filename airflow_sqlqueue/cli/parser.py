@@ -14,7 +14,7 @@ connection (give it before or after the subcommand):
     sqlite:///queues.db   sqlite:////abs/path/queues.db   postgresql://user:pass@host:5432/db
     mssql+pymssql://user:pass@host:1433/db   mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS
 
-exit codes: 0 success; 1 findings (check) or nothing received (receive --require);
+exit codes: 0 success; 1 findings (check, demo) or nothing received (receive --require);
             2 usage or input error (bad argument, URL or queue name, missing queue); 3 connection or database error
 """
 
