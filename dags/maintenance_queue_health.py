@@ -15,7 +15,7 @@ DOC = """
 Every 10 minutes, one mapped task per `(connection, queue)` measures the **depth** (the cheap `peek`
 estimate) and the **age of the oldest message** (from its `NServiceBus.TimeSent` header). `report` logs all
 of them as a table and, when a queue crosses a threshold, calls the configured `alert_callback` and fails
-(so the DAG's own failure callbacks and notifiers fire too). With `on_breach=warn` it only logs a warning.
+(so any failure notification of your deployment fires too). With `on_breach=warn` it only logs a warning.
 
 * **Thresholds**: `thresholds` at the top of the configuration, per connection, or per queue (`"queues":
   {"orders": {"max_depth": 100}}`); the params `max_depth` and `max_age_seconds` override them for one run.
