@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Sequence
 
 from . import commands
-from .errors import OK, exit_code, one_line
+from .errors import OK, exit_code, one_line, scrub
 from .parser import build_parser
 
 
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one clear line, never a traceback unless --debug
         if args.debug:
             traceback.print_exc()
-        sys.stderr.write(f"sqlqueue: error: {one_line(exc)}\n")
+        sys.stderr.write(f"sqlqueue: error: {scrub(one_line(exc))}\n")
         return exit_code(exc)
 
 

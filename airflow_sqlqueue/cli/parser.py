@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
+
+from .errors import scrub
 
 MODES = ("receive-only", "sends-atomic-with-receive", "none")
 
@@ -17,6 +20,13 @@ connection (give it before or after the subcommand):
 exit codes: 0 success; 1 findings (check, demo) or nothing received (receive --require);
             2 usage or input error (bad argument, URL or queue name, missing queue); 3 connection or database error
 """
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors never repeat a password (e.g. a URL given without --url)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(scrub(message))
 
 
 def _connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -39,13 +49,13 @@ def _output_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sqlqueue", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CONNECTION_HELP,
         description="Operate SQL queue tables (the NServiceBus SQL transport design) on SQL Server, PostgreSQL "
                     "and SQLite.")
     _connection_options(parser, top=True)
     _output_options(parser, top=True)
-    connection, output = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    connection, output = Parser(add_help=False), Parser(add_help=False)
     _connection_options(connection, top=False)
     _output_options(output, top=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
