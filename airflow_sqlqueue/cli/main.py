@@ -20,8 +20,9 @@ from .parser import build_parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sqlqueue``; return the exit code."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.ERROR, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_ScrubbingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.ERROR, handlers=[handler])
     try:
         return commands.run(args)
     except KeyboardInterrupt:
@@ -31,9 +32,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OK
     except Exception as exc:  # one clear line, never a traceback unless --debug
         if args.debug:
-            traceback.print_exc()
+            sys.stderr.write(scrub(traceback.format_exc()))
         sys.stderr.write(f"sqlqueue: error: {scrub(one_line(exc))}\n")
         return exit_code(exc)
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """Log lines (``--debug``) without passwords."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
 
 
 def _silence_stdout() -> None:
