@@ -179,11 +179,9 @@ def test_airflow_connection_errors(tmp_path: Path):
 # -- create ------------------------------------------------------------------------------------------
 def test_create_is_idempotent_and_reports_what_it_did(db: Db):
     cli = Cli(db)
-    names = [db.q("orders"), db.q("error")]
-    if db.kind == "sqlite":
-        assert run("--url", db.url, "create", *names).out == "created orders\ncreated error\n"
-    else:
-        run("--url", db.url, "create", *names)
+    made = run("--url", db.url, "create", db.q("orders"), db.q("error")).out
+    assert made == f"created {cli.name('orders')}\ncreated {cli.name('error')}\n"
+    assert run("--url", db.url, "create", db.q("error")).out == f"{cli.name('error')} already exists\n"
     again = run("--url", db.url, "--json", "create", db.q("orders"), "--delayed")
     assert again.json == [{"queue": cli.name("orders"), "created": False, "delayed": True}]
     assert db.transport.exists(db.transport.dialect.delayed_address(db.transport.address(db.q("orders"))))
@@ -245,7 +243,7 @@ def test_send_options_and_the_received_shapes(cli: Cli, tmp_path: Path):
     cli("send", orders, "--body-file", str(binary))
     people = cli("receive", orders, "--max", "5")
     first, second = people.out.splitlines()
-    assert first.endswith("  T  line one\\nline two") and second.endswith("  -  base64:" + "/wD+IHJhdw==")
+    assert first.endswith("  T  line one\\nline two") and second.endswith("  -  base64:/wD+IHJhdw==")
     assert people.err == "received 2 messages\n"
 
 
