@@ -126,11 +126,10 @@ def catalog(db) -> dict[str, Any]:
             conn.close()
     objects = db.sql("SELECT c.relname, c.relkind, c.relnatts FROM pg_class c JOIN pg_namespace n "
                      "ON n.oid = c.relnamespace WHERE n.nspname = %s ORDER BY c.relname", (db.schema,))
-    # schemas a bad name could have created (no other engineer's schema matches these)
-    schemas = db.sql("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 't\\_%%' AND nspname NOT LIKE "
-                     "'pg\\_%%' ORDER BY nspname")
-    # relations in public a name that escaped its schema could have made (names of the bad-input tests and
-    # their first words); other engineers' objects never match
+    # schemas and relations in public that a name escaping its quotes could have made (the names of the bad-input
+    # tests and their first words); other engineers create objects at the same time, and never with these names
+    schemas = db.sql("SELECT nspname FROM pg_namespace WHERE nspname ~* %s OR nspname IN ('a', 'b', 'unclosed') "
+                     "ORDER BY nspname", (PUBLIC_WATCH,))
     public = db.sql("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE n.nspname = 'public' AND c.relname ~* %s ORDER BY 1", (PUBLIC_WATCH,))
     contents = {}
