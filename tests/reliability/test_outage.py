@@ -233,6 +233,18 @@ class Clock:
         return self.now
 
 
+def _fake_sleep(monkeypatch, clock: Clock) -> list[float]:
+    """Make the receive loop's sleeps advance ``clock`` instead of waiting; return what it slept."""
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", sleep)
+    return slept
+
+
 def test_breaker_arms_backs_off_and_triggers_after_30s():
     clock = Clock()
     breaker = CircuitBreaker("q", clock=clock)
@@ -269,13 +281,7 @@ def test_breaker_on_critical_called_once_then_10s_backoff_and_disarm():
 
 def test_receive_loop_sleeps_the_breaker_delays_then_raises(monkeypatch):
     clock = Clock()
-    slept: list[float] = []
-
-    def fake_sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.now += seconds
-
-    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", fake_sleep)
+    slept = _fake_sleep(monkeypatch, clock)
     breaker = CircuitBreaker("q", clock=clock)
     loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
 
@@ -289,8 +295,7 @@ def test_receive_loop_sleeps_the_breaker_delays_then_raises(monkeypatch):
 
 def test_receive_loop_recovers_when_the_database_returns(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", lambda s: setattr(clock, "now",
-                                                                                              clock.now + s))
+    slept = _fake_sleep(monkeypatch, clock)
     breaker = CircuitBreaker("q", clock=clock)
     loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
     outcomes = iter([psycopg.OperationalError("down")] * 12 + [(10, 10), (5, 5), (0, 0)])
@@ -302,22 +307,10 @@ def test_receive_loop_recovers_when_the_database_returns(monkeypatch):
         return outcome
 
     assert loop.run(one_batch) == 15
-    assert breaker.failures == 0 and not breaker.triggered
+    assert slept == [1.0] * 12 and breaker.failures == 0 and not breaker.triggered
 
 
 # -- the server refusing connections (what a restart looks like) ---------------------------------------------
-def _fake_sleep(monkeypatch, clock: Clock) -> list[float]:
-    """Make the receive loop's sleeps advance ``clock`` instead of waiting; return what it slept."""
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.now += seconds
-
-    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", sleep)
-    return slept
-
-
 def test_refused_connections_back_off_until_the_breaker_triggers(monkeypatch):
     """A server that refuses connections (a restart): 1 s back-off per attempt, critical error at 30 s."""
     clock = Clock()
