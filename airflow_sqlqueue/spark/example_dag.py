@@ -6,6 +6,7 @@ They live in the package so that an installed copy can run them; a DAGs folder o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -103,10 +104,16 @@ def spark(batches: list[list[str]], params: dict[str, Any] | None = None, run_id
 
 @task
 def read_results(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
-    """The summary the submitted job wrote (``<output>/<run>/results/summary.json``)."""
-    from airflow_sqlqueue.spark.summary import read_summary
+    """The summary the submitted job wrote (``<output>/<run>/results/summary.json``, local or object storage)."""
+    from airflow_sqlqueue.spark.summary import is_local, read_summary
 
-    return read_summary(f"{run_folder(params, run_id)}/results")
+    results = f"{run_folder(params, run_id)}/results"
+    if is_local(results):
+        return read_summary(results)
+    from airflow.sdk import ObjectStoragePath  # a remote output: a one-line text dataset
+
+    part = next(p for p in (ObjectStoragePath(results) / "summary.json").iterdir() if p.name.startswith("part-"))
+    return json.loads(part.read_text())
 
 
 @task
