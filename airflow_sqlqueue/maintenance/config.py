@@ -32,13 +32,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 #: The Airflow Variable holding the configuration (JSON).
 VARIABLE = "sqlqueue_maintenance"
@@ -286,13 +283,11 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def _variable_text() -> str | None:
+    """The Variable's text, or None when it is not set. Any other failure to read it propagates: falling back
+    to the file or to discovery on the default connection would maintain queues nobody configured."""
     from airflow.sdk import Variable
 
-    try:
-        return Variable.get(VARIABLE, default=None)
-    except Exception as exc:  # noqa: BLE001 - no metadata database (e.g. a script): fall back to the file
-        log.debug("Variable %s not readable: %s", VARIABLE, exc)
-        return None
+    return Variable.get(VARIABLE, default=None)
 
 
 # -- targets -------------------------------------------------------------------------------------------
