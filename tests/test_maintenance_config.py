@@ -150,3 +150,22 @@ def test_every_dialect_has_the_same_health_statements() -> None:
 def test_an_unknown_connection_fails_at_once_naming_it() -> None:
     with pytest.raises(tasks.BadConfigurationError, match="connection 'no_such_conn' is not defined in Airflow"):
         tasks.find_targets({"config": {"connections": ["no_such_conn"]}})
+
+
+def test_samples_of_every_connection_go_to_the_central_store(tmp_path: Path) -> None:
+    """``health_samples_conn_id``: one database holds the samples of all connections, told apart by conn_id;
+    a connection with ``record_health_samples: false`` records nothing."""
+    import sqlite3
+
+    from airflow_sqlqueue.maintenance.config import parse_config
+    from tests.airflow_env import sqlite_connection
+
+    sqlite_connection("metrics_db", tmp_path / "metrics.db")
+    config = parse_config({"connections": {"a": {}, "b": {}, "c": {"record_health_samples": False}},
+                           "record_health_samples": True, "health_samples_conn_id": "metrics_db"})
+    samples = [{"conn_id": c, "queue": "orders", "depth": d, "oldest_age_seconds": None}
+               for c, d in (("a", 1), ("b", 2), ("c", 3))]
+    tasks.record(config, samples)
+    rows = sqlite3.connect(tmp_path / "metrics.db").execute(
+        "SELECT conn_id, queue_name, depth FROM sqlqueue_health_samples ORDER BY conn_id").fetchall()
+    assert rows == [("a", "orders", 1), ("b", "orders", 2)]
