@@ -169,3 +169,13 @@ def test_samples_of_every_connection_go_to_the_central_store(tmp_path: Path) -> 
     rows = sqlite3.connect(tmp_path / "metrics.db").execute(
         "SELECT conn_id, queue_name, depth FROM sqlqueue_health_samples ORDER BY conn_id").fetchall()
     assert rows == [("a", "orders", 1), ("b", "orders", 2)]
+
+
+def test_alert_callback_may_be_a_plain_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SQLQUEUE_TEST_ALERT_FILE", str(tmp_path / "alerts.jsonl"))
+    samples = [{"conn_id": "c", "queue": "q", "depth": 0, "oldest_age_seconds": 900.0, "max_depth": None,
+                "max_age_seconds": 60, "breaches": ["oldest message 900s old > 60s"]}]
+    config = {"connections": ["c"], "alert_callback": "tests.airflow_env.record_alert"}
+    with pytest.raises(tasks.QueueHealthError):
+        tasks.health_report(samples, {"config": config})
+    assert json.loads((tmp_path / "alerts.jsonl").read_text()) == samples
