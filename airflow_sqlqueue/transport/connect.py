@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,9 @@ class DatabaseConnectionError(SqlQueueError):
     """The database could not be reached (message free of secrets)."""
 
 
+_QUERY_PASSWORD = re.compile(r"(?i)([?&;](?:password|pwd)=)[^&;#]*")
+
+
 def _password_span(url: str) -> tuple[int, int] | None:
     """Where the password of a URL is, read leniently: the user info ends at the last ``@``, so a password with
     an unencoded ``/``, ``?``, ``#`` or ``@`` (or in a URL with a typo in ``://``) is still found whole."""
@@ -29,9 +33,9 @@ def _password_span(url: str) -> tuple[int, int] | None:
 
 
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``."""
+    """The URL with its password (user part, or a ``password=``/``pwd=`` parameter) replaced by ``***``."""
     span = _password_span(url)
-    return url if span is None else url[:span[0]] + "***" + url[span[1]:]
+    return _QUERY_PASSWORD.sub(r"\1***", url if span is None else url[:span[0]] + "***" + url[span[1]:])
 
 
 def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
@@ -59,7 +63,9 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
 
 
 def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:
-    return guard_connect(open_connection, redact(url), urlsplit(url).password)
+    parts = urlsplit(url)
+    return guard_connect(open_connection, redact(url),
+                         parts.password or {k.lower(): v for k, v in parse_qsl(parts.query)}.get("password"))
 
 
 def guard_connect(open_connection: Callable[[], Any], where: str, password: str | None) -> Callable[[], Any]:
