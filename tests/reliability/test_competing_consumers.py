@@ -2,7 +2,7 @@
 
 8 receiver threads in one process, and 4 processes of 2 threads each, drain ``MESSAGES`` (20,000 by default):
 - no handler fails: every message is handled exactly once (every mode, and ``drain()``), and more than one
-  receiver took messages (they really competed);
+  receiver took messages on PostgreSQL (they really competed; SQLite's one writer is reported, not asserted);
 - handlers fail at random (RECEIVE_ONLY, SENDS_ATOMIC_WITH_RECEIVE; TRANSACTION_SCOPE with threads): every
   message ends processed or in the error queue, never both, never neither; in SENDS_ATOMIC_WITH_RECEIVE and
   TRANSACTION_SCOPE no send of a failed attempt escapes, in RECEIVE_ONLY every attempt's send lands (ghost
@@ -40,6 +40,13 @@ def _expected_errors(sent: set[bytes]) -> set[bytes]:
     return {b for b in sent if all(should_fail(b, a, FAIL_RATE, SEED) for a in range(1, RETRIES + 2))}
 
 
+def _assert_threads_competed(db, threads: set[str]) -> None:
+    """On PostgreSQL more than one receiver thread took messages (lock-skipping receivers really competed).
+    SQLite has one writer and its lock is not fair: one thread may take nearly everything, so it is reported."""
+    if db.kind == "postgres":
+        assert len(threads) > 1, f"only {len(threads)} receiver thread took messages: nothing competed"
+
+
 # -- no handler fails: exactly once --------------------------------------------------------------------
 @pytest.mark.parametrize("mode", list(TransactionMode), ids=lambda m: m.value)
 def test_threads_deliver_exactly_once(queues, mode):
@@ -52,7 +59,7 @@ def test_threads_deliver_exactly_once(queues, mode):
     assert not missing
     assert len(handler.succeeded) == MESSAGES == result.succeeded == result.received
     assert count(queues, "orders") == 0 and count(queues, "error") == 0
-    assert len(handler.threads) > 1, "only one receiver thread took messages: nothing competed"
+    _assert_threads_competed(queues, handler.threads)
     summary(f"threads_exactly_once[{mode.value}]", queues.kind, messages=MESSAGES, faults=0, lost=len(missing),
             receivers=f"{len(handler.threads)}/{THREADS}", duplicates=0)
 
@@ -76,7 +83,7 @@ def test_drain_threads_store_exactly_once(queues):
     missing = lost(sent, stored)
     assert not missing and result.delivered == MESSAGES
     assert count(queues, "orders") == 0
-    assert len(threads) > 1, "only one receiver thread took messages: nothing competed"
+    _assert_threads_competed(queues, threads)
     summary("drain_threads_exactly_once", queues.kind, messages=MESSAGES, faults=0, lost=len(missing),
             receivers=f"{len(threads)}/{THREADS}", batches=result.batches)
 
@@ -171,7 +178,7 @@ def test_threads_with_failing_handlers_lose_nothing(queues, mode):
     # one process counts attempts per message exactly: the error queue holds exactly the predicted messages
     assert {b for _, _, b in error_rows(queues)} == _expected_errors(sent)
     assert figures["faults"] == handler.failures
-    assert len(handler.threads) > 1, "only one receiver thread took messages: nothing competed"
+    _assert_threads_competed(queues, handler.threads)
     summary(f"threads_failing_handlers[{mode.value}]", queues.kind, messages=MESSAGES,
             receivers=f"{len(handler.threads)}/{THREADS}", **figures)
 
