@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import platform
 import sqlite3
@@ -96,6 +97,7 @@ def run_dialect(dialect: str, cases: list[str], sizes: Sizes, pg_url: str, with_
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.getLogger("airflow_sqlqueue").setLevel(logging.WARNING)  # no per-purge info lines in the table
     sizes = sizes_of(args)
     cases = [c for c in CASES if c in args.cases.split(",")]
     meta = {**machine(args.pg_url), "sizes": dataclasses.asdict(sizes), "argv": sys.argv[1:]}
