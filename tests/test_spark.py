@@ -216,20 +216,39 @@ def test_bad_write_mode_is_refused(spark: Any, tmp_path: Path) -> None:
 # -- spark-submit --------------------------------------------------------------------------------------
 def test_spark_submit_operator_runs_the_job(airflow_db: None, tmp_path: Path,  # noqa: F811
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SparkSubmitOperator`` with ``spark_submit_arguments`` on a ``local[2]`` connection, in ``dag.test()``."""
-    write_batch(tmp_path / "in", [row(nsb_headers(f"m{i}"), b'{"n": 1}', seq=i) for i in range(6)])
-    write_batch(tmp_path / "in", [row(nsb_headers("m0"), b'{"n": 1}', seq=0)])  # delivered twice
+    """The example DAG's cluster form in ``dag.test()``: sensor -> drain -> ``SparkSubmitOperator`` on a
+    ``local[2]`` Spark connection -> summary, on a SQLite queue with poison rows."""
+    from airflow_sqlqueue.demo import messages as demo_messages
+    from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+
+    database = tmp_path / "queues.db"
+    with SqlQueueTransport.from_url(f"sqlite:///{database}") as transport:
+        transport.create_queues(["audit", "error"])
+        transport.send_many("audit", [OutgoingMessage(body=b'{"n": 1}', headers=nsb_headers(f"p{i}"))
+                                      for i in range(25)])
+        demo_messages.insert_poison(transport, "audit", 2, demo_messages.Traffic())
+        transport.send_many("audit", [OutgoingMessage(body=b"\xff\xfe\x00", headers=nsb_headers(
+            f"b{i}", types="Billing.OrderBilled", **{h.CONTENT_TYPE: "application/octet-stream"})) for i in range(15)])
+    airflow_env.sqlite_connection("sqlqueue_spark_q", database)
     airflow_env.set_connection("sqlqueue_spark_test", {"conn_type": "spark", "host": "local[2]"})
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
 
     dag = airflow_env.load_dag("sqlqueue_spark_submit", "sqlqueue_spark_submit.py")
-    dag_run = dag.test(run_conf={"input": str(tmp_path / "in"), "output": str(tmp_path / "out")})
+    dag_run = dag.test(run_conf={"conn_id": "sqlqueue_spark_q", "queue": "audit", "output": str(tmp_path / "out"),
+                                 "batch_size": 7, "max_concurrency": 2})
 
     assert str(dag_run.state) == "success", airflow_env.task_states(dag_run)
-    summary = read_summary(str(tmp_path / "out"))
-    assert (summary["messages"], summary["duplicates_removed"]) == (6, 1)
-    assert list((tmp_path / "out" / "messages" / f"message_type={PLACED}").glob("date=2024-03-01/*.parquet"))
+    summary = airflow_env.xcom_value(dag_run, "summary")
+    assert (summary["messages"], summary["duplicates_removed"]) == (40, 0)
+    assert {name: t["count"] for name, t in summary["types"].items()} == {PLACED: 25, "Billing.OrderBilled": 15}
+    assert summary["body_kinds"] == {"json": 25, "text": 0, "binary": 15, "empty": 0}
+    assert (summary["queue_depth"], summary["error_queue_depth"]) == (0, 2)
+    assert len(airflow_env.xcom_value(dag_run, "drain")[0]) == 6  # 42 rows in batches of 7
+    messages = Path(summary["output"])
+    assert {p.parent.name for p in messages.rglob("*.parquet")} == {"date=2024-03-01"}
+    assert {p.parent.parent.name for p in messages.rglob("*.parquet")} == {
+        f"message_type={PLACED}", "message_type=Billing.OrderBilled"}
 
 
 # -- the demo ------------------------------------------------------------------------------------------

@@ -172,6 +172,7 @@ def drain_to_spark_submit_dag(dag_id: str = "example_sqlqueue_drain_to_spark_sub
         drain = _wait_and_drain()
         submit = SparkSubmitOperator(task_id="spark", **spark_submit_arguments(
             f"{folder}/batches", f"{folder}/results", conn_id=spark_conn_id))
-        drain >> submit
-        summary(read_results()) << submit
+        results = read_results()
+        drain >> submit >> results
+        summary(results)
     return dag
