@@ -292,3 +292,11 @@ def test_demo_end_to_end_adds_up_and_runs_twice(tmp_path: Path) -> None:
     again = _demo(cwd, output, 200, env)  # the same folder again: starts from scratch
     assert again["adds_up"] is True and (again["sent"], again["processed"]) == (200, 188)
     assert len(list((output / "runs").iterdir())) == 1
+
+
+def test_demo_refuses_too_few_messages_and_changes_nothing(tmp_path: Path) -> None:
+    from airflow_sqlqueue.demo import run_demo
+
+    with pytest.raises(ValueError, match="--messages must be an integer of at least 10, got 5"):
+        run_demo(tmp_path / "demo-output", messages=5)
+    assert list(tmp_path.iterdir()) == []

@@ -299,7 +299,8 @@ def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
 def demo(args: argparse.Namespace) -> int:
     from airflow_sqlqueue.demo import format_report, run_demo
 
-    report = run_demo(args.output, messages=args.messages)
+    report = run_demo(args.output, messages=args.messages,
+                      progress=lambda text: print(f"sqlqueue demo: {text}", file=sys.stderr, flush=True))
     if args.json:
         emit_json(report)
     else:

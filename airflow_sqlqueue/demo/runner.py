@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +126,15 @@ def _parquet_rows(folder: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in folder.rglob("*.parquet"))
 
 
-def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: int = 10_000,
-             seed: int = 7) -> dict[str, Any]:
+def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: int = 10_000, seed: int = 7,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the demo in ``output_dir`` (made if missing; only the demo's own entries are replaced).
 
     Returns the report: what was sent, processed, expired, moved to the error queue and left, per type, the
     throughput and time of each phase, and where the files are. ``adds_up`` says whether
-    ``sent == processed + expired + error_queue + left_in_queue``.
+    ``sent == processed + expired + error_queue + left_in_queue``. ``progress`` gets a line as each phase starts.
     """
+    say = progress or (lambda text: None)
     if isinstance(messages, bool) or not isinstance(messages, int) or messages < MIN_MESSAGES:
         raise ValueError(f"--messages must be an integer of at least {MIN_MESSAGES}, got {messages!r}")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -148,8 +150,10 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: in
     traffic = m.Traffic()
     regular, expiring, poison = m.plan(messages)
     with SqlQueueTransport.from_url(f"sqlite:///{database}", error_queue=ERROR_QUEUE) as transport:
+        say(f"provisioning queues {QUEUE} and {ERROR_QUEUE} in {database}")
         transport.create_queues([QUEUE, ERROR_QUEUE])
         clock.lap("provision")
+        say(f"sending {messages:,} messages ({expiring:,} short-lived, {poison:,} poison)")
         m.send_expiring(transport, QUEUE, expiring, traffic, rng)
         expiring_sent = time.monotonic()
         m.send_regular(transport, QUEUE, regular // 2, traffic, rng)
@@ -158,17 +162,20 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: in
         clock.lap("send")
         time.sleep(max(0.0, expiring_sent + m.EXPIRING_TTBR + 0.2 - time.monotonic()))
         clock.lap("wait_for_expiry")
+        say("maintenance: purging expired messages")
         purged = transport.purge_expired(QUEUE)
         clock.lap("purge_expired")
 
         conf = {"conn_id": CONN_ID, "queue": QUEUE, "error_queue": ERROR_QUEUE, "output": str(runs),
                 "min_messages": 1, "max_messages": None, "max_concurrency": 2, "batch_size": 500,
                 "spark_master": "local[2]"}
+        say(f"running {DAG_ID} with dag.test() (log: {out / 'demo.log'})")
         dag = _run_dag(out, database, conf)
         clock.phases["airflow_db"] = round(dag["phases"]["airflow_db"], 3)
         clock.lap("dag_run")
         clock.phases["dag_run"] = round(clock.phases["dag_run"] - clock.phases["airflow_db"], 3)
 
+        say("maintenance: schema and index check; counting")
         findings = [{"queue": f.queue, "code": f.code, "message": f.message}
                     for q in (QUEUE, ERROR_QUEUE) for f in transport.check(q)]
         clock.lap("check")
