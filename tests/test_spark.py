@@ -11,6 +11,7 @@ import tests.airflow_env as airflow_env
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -46,6 +47,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield session
     session.stop()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its connection close logs after pytest closed the logs
 
 
 def row(headers: dict[str, str] | str, body: bytes | None, *, received_at: datetime = BASE, seq: int = 1,
