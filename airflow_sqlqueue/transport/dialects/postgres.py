@@ -34,9 +34,9 @@ class PostgresDialect(Dialect):
     sql_file = "postgres.sql"
     default_schema = "public"
     queue_ddl = ("create_queue_table", "create_queue_seq_index", "create_queue_expires_index")
-    rights_hint = ("Sending needs INSERT (and USAGE on the seq sequence); receiving and peeking need SELECT, DELETE "
-                   "and UPDATE on the queue tables: PostgreSQL requires UPDATE for the row locks of "
-                   "FOR UPDATE SKIP LOCKED")
+    rights_hint = ("Sending needs INSERT (and USAGE on the seq sequence); receiving and peeking need SELECT and DELETE "
+                   "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...): PostgreSQL "
+                   "requires an UPDATE right for the row locks of FOR UPDATE SKIP LOCKED")
 
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
         if isinstance(text, QueueAddress):
