@@ -32,13 +32,13 @@ class CircuitBreaker:
         self._armed_at: float | None = None
         self.failures = 0
         self.triggered = False
-        self._lock = threading.Lock()
+        self._state_lock = threading.Lock()
 
     def success(self) -> None:
         """A receive worked: disarm."""
         if self._armed_at is None:
             return  # the common case, once per batch: nothing to change
-        with self._lock:
+        with self._state_lock:
             if self._armed_at is not None:
                 log.info("circuit breaker %s disarmed after %d failures", self.name, self.failures)
             self._armed_at = None
@@ -47,7 +47,7 @@ class CircuitBreaker:
 
     def failure(self, exc: BaseException) -> float:
         """Record a failure; return the delay to wait before the next attempt."""
-        with self._lock:
+        with self._state_lock:
             now = self._clock()
             self.failures += 1
             if self._armed_at is None:
