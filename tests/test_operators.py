@@ -69,6 +69,8 @@ def _check_drain_outputs(dr, transport: SqlQueueTransport, q, out: Path) -> None
     seen = [p.name.split(".")[0] for p in (out / "seen").iterdir()]
     assert sorted(seen) == sorted(sent)  # exactly once each
     assert transport.peek(q("orders")) == 0 and _queue_ids(transport, q("orders")) == []
+    counts = airflow_env.xcom_value(dr, "drain_orders", key="drain_summary")  # templated sizes took effect
+    assert counts["delivered"] == 40 and counts["batches"] >= 40 // 7
     # Parquet: every message, read back with pyarrow, nothing left in the queue, no temp files
     audit_ids = airflow_env.xcom_value(dr, "send_audit")
     files = airflow_env.xcom_value(dr, "drain_audit")
@@ -76,6 +78,8 @@ def _check_drain_outputs(dr, transport: SqlQueueTransport, q, out: Path) -> None
     assert not list((out / "parquet").glob(".*"))
     rows = _parquet_rows(out / "parquet")
     assert sorted(r["id"] for r in rows) == sorted(audit_ids) and len(rows) == 120
+    counts = airflow_env.xcom_value(dr, "drain_audit", key="drain_summary")
+    assert (counts["delivered"], counts["taken"], counts["expired"], counts["poison"]) == (120, 120, 0, 0)
     binary = [r for r in rows if json.loads(r["headers"])["n"].startswith("b")]
     assert len(binary) == 10 and all(r["body"][:2] == bytes([255, 0]) for r in binary)
     assert all(r["received_at"] is not None and r["queue"] for r in rows)
@@ -173,6 +177,21 @@ def test_drain_list_refuses_more_than_max_map_length() -> None:
         SqlQueueDrainOperator(task_id="d", queue_name="orders", output_path="/tmp/x", handler=print)
     with pytest.raises(ValueError, match="max_concurrency"):
         SqlQueueDrainOperator(task_id="d", queue_name="orders", max_concurrency=0)
+
+
+def test_drain_sizes_from_templates_are_checked_once_rendered() -> None:
+    op = SqlQueueDrainOperator(task_id="d", queue_name="orders", max_messages="{{ params.n }}",
+                               max_concurrency="{{ params.c }}", max_duration="{{ params.s }}")  # not checked yet
+    op.max_messages, op.max_concurrency, op.max_duration = " 50 ", "2", "1.5"  # what a template renders to
+    op._check_sizes(rendered=True)
+    assert (op.max_messages, op.max_concurrency, op.max_duration) == (50, 2, 1.5)
+    for field, text, match in (("max_messages", "ten", "max_messages rendered to 'ten'"),
+                               ("max_messages", "5000", "max_map_length"), ("max_concurrency", "0", "max_concurrency"),
+                               ("max_duration", "-1", "max_duration")):
+        op = SqlQueueDrainOperator(task_id="d", queue_name="orders", **{field: "{{ params.x }}"})
+        setattr(op, field, text)
+        with pytest.raises(ValueError, match=match):
+            op._check_sizes(rendered=True)
 
 
 class FakeStore:

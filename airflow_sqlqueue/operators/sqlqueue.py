@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 
 #: Key under which a drain keeps what it already handed downstream (survives retries of the task instance).
 SPOOL_KEY = "sqlqueue_drain_spool"
-#: Receive retries after a deadlock or a lost connection, per batch.
+#: Default of ``max_messages`` (a list for ``.expand()`` holds at most ``[core] max_map_length`` items).
 DEFAULT_MAX_MESSAGES = 1000
+#: XCom key of the drain's counts (delivered, taken, expired, poison, forwarded, batches, seconds).
+DRAIN_SUMMARY_KEY = "drain_summary"
 DEFAULT_BATCH_SIZE = 100
 
 
@@ -149,6 +151,20 @@ def _queue_list(queues: str | Iterable[str] | None) -> list[str] | None:
     return list(queues)
 
 
+def _rendered_number(value: Any, what: str, kind: type) -> Any:
+    """A size as given, or the number a template rendered to as text (empty or ``None`` text: None)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("", "None"):
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{what} rendered to {value!r}, which is not a number; make the template render "
+                         f"{'a whole number' if kind is int else 'a number of seconds'}") from None
+
+
 def _positive(value: Any, what: str, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -243,7 +259,8 @@ class SqlQueueDrainOperator(BaseOperator):
     :param error_queue: the error queue (templated).
     """
 
-    template_fields: Sequence[str] = ("queue_name", "output_path", "error_queue")
+    template_fields: Sequence[str] = ("queue_name", "sqlqueue_conn_id", "max_messages", "max_duration",
+                                      "max_concurrency", "batch_size", "output_path", "error_queue")
     ui_color = "#e8f4ea"
 
     def __init__(self, *, queue_name: str, sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
@@ -269,16 +286,28 @@ class SqlQueueDrainOperator(BaseOperator):
         self.immediate_retries = immediate_retries
         self.output_path = output_path
         self.error_queue = error_queue
-        _positive(max_messages, "max_messages", allow_none=True)
-        _positive(max_concurrency, "max_concurrency")
-        _positive(batch_size, "batch_size")
-        if max_duration is not None and (isinstance(max_duration, bool) or not isinstance(max_duration, int | float)
-                                         or max_duration <= 0):
-            raise ValueError(f"max_duration must be a positive number of seconds, got {max_duration!r}")
         if handler is not None and output_path is not None:
             raise ValueError("give either handler= (process each message) or output_path= (write Parquet), "
                              "not both")
-        self._check_list_size()
+        self._check_sizes(rendered=False)
+
+    def _check_sizes(self, *, rendered: bool) -> None:
+        """Check the sizes; before rendering, a template string is left for the run to check."""
+        if rendered:
+            for name, kind in (("max_messages", int), ("max_duration", float), ("max_concurrency", int),
+                               ("batch_size", int)):
+                setattr(self, name, _rendered_number(getattr(self, name), name, kind))
+        checks = ((self.max_messages, "max_messages", True), (self.max_concurrency, "max_concurrency", False),
+                  (self.batch_size, "batch_size", False))
+        for value, what, allow_none in checks:
+            if not isinstance(value, str):
+                _positive(value, what, allow_none=allow_none)
+        duration = self.max_duration
+        if duration is not None and not isinstance(duration, str) and (
+                isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0):
+            raise ValueError(f"max_duration must be a positive number of seconds, got {duration!r}")
+        if not isinstance(self.max_messages, str):
+            self._check_list_size()
 
     @property
     def returns_list(self) -> bool:
@@ -296,7 +325,7 @@ class SqlQueueDrainOperator(BaseOperator):
                 "output_path=")
 
     def execute(self, context: Context) -> Any:
-        self._check_list_size()
+        self._check_sizes(rendered=True)
         hook = SqlQueueHook(self.sqlqueue_conn_id, error_queue=self.error_queue)
         try:
             transport = hook.transport
@@ -310,13 +339,13 @@ class SqlQueueDrainOperator(BaseOperator):
                 return result
             spool = _Spool(context.get("task_state_store"), self.log)
             if self.output_path is None:
-                return self._drain_to_list(transport, spool)
+                return self._drain_to_list(transport, spool, context)
             return self._drain_to_parquet(transport, spool, context)
         finally:
             hook.close()
 
     # -- list for .expand() ------------------------------------------------------------------------------
-    def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool) -> list[dict[str, Any]]:
+    def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[dict[str, Any]]:
         seen = {item["id"] for item in spool.items}
 
         def sink(messages: list[ReceivedMessage]) -> int:
@@ -327,7 +356,7 @@ class SqlQueueDrainOperator(BaseOperator):
 
         assert self.max_messages is not None  # checked by _check_list_size
         budget = self.max_messages - len(spool.items)
-        self._drain(transport, sink, budget)
+        self._drain(transport, sink, budget, context)
         self.log.info("drained %d messages from %s", len(spool.items), self.queue_name)
         return list(spool.items)
 
@@ -341,18 +370,24 @@ class SqlQueueDrainOperator(BaseOperator):
             spool.add([path])
             return len(messages)
 
-        count = self._drain(transport, sink, self.max_messages)
+        count = self._drain(transport, sink, self.max_messages, context)
         self.log.info("drained %d messages from %s into %d new Parquet files under %s", count, self.queue_name,
                       len(spool.items), target)
         return list(spool.items)
 
     # -- the receive loop --------------------------------------------------------------------------------
     def _drain(self, transport: SqlQueueTransport, sink: Callable[[list[ReceivedMessage]], int],
-               budget: int | None) -> int:
-        """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit."""
+               budget: int | None, context: Context) -> int:
+        """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit.
+
+        The counts (delivered, expired, poison, ...) are pushed as the XCom ``drain_summary``.
+        """
         summary = transport.drain(self.queue_name, sink, max_messages=budget, max_duration=self.max_duration,
                                   batch_size=self.batch_size, concurrency=self.max_concurrency)
         self.log.info("drain of %s: %s", self.queue_name, summary.as_dict())
+        ti = context.get("ti")
+        if ti is not None:  # always there in a task run; absent when execute() is called directly
+            ti.xcom_push(key=DRAIN_SUMMARY_KEY, value=summary.as_dict())
         return summary.delivered
 
 

@@ -65,9 +65,11 @@ def drain_pipeline(conn: str, q, out: Path) -> None:
                                           queues=[q("orders"), q("audit"), q("error")])
     send_orders = SqlQueueSendOperator(task_id="send_orders", sqlqueue_conn_id=conn, queue_name=q("orders"),
                                        messages=make_orders())
-    drain_orders = SqlQueueDrainOperator(task_id="drain_orders", sqlqueue_conn_id=conn, queue_name=q("orders"),
-                                         max_messages=1000, batch_size=7, max_concurrency=2,
-                                         error_queue=q("error"))
+    # sizes from params through templates: numbers in a native-rendering DAG, text in the other (both work)
+    drain_orders = SqlQueueDrainOperator(task_id="drain_orders", sqlqueue_conn_id="{{ params.conn }}",
+                                         queue_name=q("orders"), max_messages="{{ params.drain_max }}",
+                                         batch_size="{{ params.drain_batch }}",
+                                         max_concurrency="{{ params.drain_concurrency }}", error_queue=q("error"))
     send_audit = SqlQueueSendOperator(task_id="send_audit", sqlqueue_conn_id=conn, queue_name=q("audit"),
                                       messages=make_audit())
     drain_audit = SqlQueueDrainOperator(task_id="drain_audit", sqlqueue_conn_id=conn, queue_name=q("audit"),
@@ -78,9 +80,13 @@ def drain_pipeline(conn: str, q, out: Path) -> None:
     create >> send_audit >> drain_audit
 
 
+DRAIN_PARAMS = {"drain_max": 1000, "drain_batch": 7, "drain_concurrency": 2}
+CONN = os.environ.get("SQLQUEUE_TEST_CONN", "sqlqueue_test")
+PG_CONN = os.environ.get("SQLQUEUE_TEST_PG_CONN", "sqlqueue_pg")
+
 with DAG("sqlqueue_ops", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
-         render_template_as_native_obj=True, doc_md="Every operator on a SQLite queue database.") as ops_dag:
-    CONN = os.environ.get("SQLQUEUE_TEST_CONN", "sqlqueue_test")
+         render_template_as_native_obj=True, params={**DRAIN_PARAMS, "conn": CONN},
+         doc_md="Every operator on a SQLite queue database.") as ops_dag:
 
     def plain(name: str) -> str:
         return name
@@ -115,10 +121,10 @@ with DAG("sqlqueue_ops", schedule=None, start_date=datetime(2024, 1, 1), catchup
 
 
 with DAG("sqlqueue_drain_pg", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
-         doc_md="The drain on PostgreSQL.") as pg_dag:
+         params={**DRAIN_PARAMS, "conn": PG_CONN}, doc_md="The drain on PostgreSQL.") as pg_dag:
     PG_SCHEMA = os.environ.get("SQLQUEUE_TEST_PG_SCHEMA", "public")
 
     def in_schema(name: str) -> str:
         return f'"{PG_SCHEMA}"."{name}"'
 
-    drain_pipeline(os.environ.get("SQLQUEUE_TEST_PG_CONN", "sqlqueue_pg"), in_schema, OUT / "sqlqueue_drain_pg")
+    drain_pipeline(PG_CONN, in_schema, OUT / "sqlqueue_drain_pg")
