@@ -246,7 +246,8 @@ def test_spark_submit_operator_runs_the_job(airflow_db: None, tmp_path: Path,  #
     assert {name: t["count"] for name, t in summary["types"].items()} == {PLACED: 25, "Billing.OrderBilled": 15}
     assert summary["body_kinds"] == {"json": 25, "text": 0, "binary": 15, "empty": 0}
     assert (summary["queue_depth"], summary["error_queue_depth"]) == (0, 2)
-    assert len(airflow_env.xcom_value(dag_run, "drain")[0]) == 6  # 42 rows in batches of 7
+    assert len(airflow_env.xcom_value(dag_run, "drain")) == 6  # 42 rows in batches of 7
+    assert airflow_env.xcom_value(dag_run, "drain", key="drain_summary")["poison"] == 2
     messages = Path(summary["output"])
     assert {p.parent.name for p in messages.rglob("*.parquet")} == {"date=2024-03-01"}
     assert {p.parent.parent.name for p in messages.rglob("*.parquet")} == {

@@ -27,7 +27,7 @@ DOC = """
 ### Drain a queue to Parquet, process it with Spark
 
 1. `wait` (`SqlQueueSensor`, deferrable) succeeds once the queue holds `min_messages` messages.
-2. `drain_settings` turns the run's params into the drain's arguments (and creates the run's folder).
+2. `prepare` creates the run's folder `<output>/<run>/batches/`.
 3. `drain` (`SqlQueueDrainOperator`) receives up to `max_messages` (empty: until the queue is empty) with at
    most `max_concurrency` receivers, `batch_size` messages per transaction. Each batch is written to
    `<output>/<run>/batches/` as a Parquet file, fsync'ed, *before* its receive commits: nothing is lost, and a
@@ -77,27 +77,20 @@ def drain_to_spark_params() -> dict[str, Param]:
 
 
 @task
-def drain_settings(params: dict[str, Any] | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-    """The drain's arguments from the run's params, as one item for ``expand_kwargs``.
-
-    The drain's connection and sizes are constructor arguments, not templates: mapping the operator over one
-    dict of them sets them per run.
-    """
+def prepare(params: dict[str, Any] | None = None, run_id: str | None = None) -> str:
+    """Create ``<output>/<run>/batches`` (the Spark step reads it even when nothing was drained); return it."""
     batches = f"{run_folder(params, run_id)}/batches"
     if "://" not in batches:
-        os.makedirs(batches, exist_ok=True)  # the Spark step reads this folder even if nothing was drained
-    return [{"sqlqueue_conn_id": params["conn_id"], "queue_name": params["queue"],
-             "max_messages": params["max_messages"], "max_concurrency": params["max_concurrency"],
-             "batch_size": params["batch_size"], "output_path": batches}]
+        os.makedirs(batches, exist_ok=True)
+    return batches
 
 
 @task
-def spark(batches: list[list[str]], params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
+def spark(files: list[str], params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
     """Run the Spark job in this worker on the files the drain wrote; return its summary."""
     from airflow_sqlqueue.spark.job import run
     from airflow_sqlqueue.spark.session import spark_session
 
-    files = [path for group in batches for path in group]
     with spark_session(params["spark_master"], "sqlqueue-drain-to-spark") as session:
         return run(session, files, f"{run_folder(params, run_id)}/results")
 
@@ -138,14 +131,17 @@ def summary(result: dict[str, Any], params: dict[str, Any] | None = None) -> dic
 
 
 def _wait_and_drain() -> Any:
-    """``wait >> drain_settings >> drain``, inside the current DAG; returns the drain."""
+    """``wait >> prepare >> drain``, inside the current DAG; returns the drain."""
     wait = SqlQueueSensor(task_id="wait", sqlqueue_conn_id="{{ params.conn_id }}", queue_name="{{ params.queue }}",
                           min_messages="{{ params.min_messages }}", deferrable=True, poll_interval=2,
                           timeout=3600)
-    settings = drain_settings()
-    wait >> settings
-    drain = SqlQueueDrainOperator.partial(task_id="drain", error_queue="{{ params.error_queue }}")
-    return drain.expand_kwargs(settings)
+    drain = SqlQueueDrainOperator(
+        task_id="drain", sqlqueue_conn_id="{{ params.conn_id }}", queue_name="{{ params.queue }}",
+        error_queue="{{ params.error_queue }}", output_path="{{ ti.xcom_pull(task_ids='prepare') }}",
+        max_messages="{{ params.max_messages }}", max_concurrency="{{ params.max_concurrency }}",
+        batch_size="{{ params.batch_size }}")
+    wait >> prepare() >> drain
+    return drain
 
 
 def drain_to_spark_dag(dag_id: str = "example_sqlqueue_drain_to_spark", **dag_args: Any) -> DAG:
