@@ -12,8 +12,10 @@ connections as ``AIRFLOW_CONN_<ID>`` variables, loading a DAG from ``tests/dags`
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,10 @@ from typing import Any
 import pytest
 
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
-AIRFLOW_HOME = os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-home-"))
+if "AIRFLOW_HOME" not in os.environ:  # a throw-away home, removed when the test session ends
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="sqlqueue-airflow-home-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
+AIRFLOW_HOME = os.environ["AIRFLOW_HOME"]
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_FOLDER))
 
