@@ -348,6 +348,27 @@ class SqlQueueTransport:
             cur, "browse", {"after_seq": after_seq, "batch_size": limit}, **self.dialect.identifiers(address))],
             what=f"browse {self.name(address)!r}", read_only=True)
 
+    def delete_messages(self, queue: str | QueueAddress, ids: Iterable[uuid.UUID | str]) -> int:
+        """Delete messages by native Id in one transaction (the error-queue browser's delete); return how many rows.
+
+        Every Id must be in the queue: an unknown one raises LookupError and nothing is deleted.
+        """
+        address = self.address(queue)
+        wanted = list(dict.fromkeys(uuid.UUID(str(i)) for i in ids))  # ValueError on a malformed Id
+
+        def work(cur: Any) -> int:
+            self.require_queue(cur, address)
+            deleted = 0
+            for message_id in wanted:
+                count = self.dialect.execute(cur, "delete_by_id", {"id": self.dialect.id_param(message_id)},
+                                             **self.dialect.identifiers(address)).rowcount
+                if not count or count < 0:
+                    raise LookupError(f"message {message_id} is not in {self.name(address)!r}; nothing deleted")
+                deleted += count
+            return deleted
+
+        return self.run(work, what=f"delete messages from {self.name(address)!r}")
+
     def discover(self) -> list[str]:
         """Every queue table in the database (by its column shape), as canonical addresses."""
         found = self.run(self.dialect.discover, what="discover queues", read_only=True)

@@ -189,6 +189,10 @@ ORDER BY RowVersion
 -- Delete one locked row.
 DELETE FROM {queue} WHERE RowVersion = %(seq)s
 
+-- delete_by_id --
+-- Delete a message by its native Id (the error-queue browser's delete action).
+DELETE FROM {queue} WHERE Id = %(id)s
+
 -- delete_by_seqs --
 -- Delete the locked rows a batch finished with, in one statement (%(seqs)s is a JSON array of integers).
 DELETE FROM {queue}

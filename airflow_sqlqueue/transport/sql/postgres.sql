@@ -101,6 +101,10 @@ FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 -- Delete one locked row.
 DELETE FROM {queue} WHERE seq = %(seq)s
 
+-- delete_by_id --
+-- Delete a message by its native Id (the error-queue browser's delete action).
+DELETE FROM {queue} WHERE id = %(id)s
+
 -- delete_by_seqs --
 -- Delete the locked rows a batch finished with, in one statement (%(seqs)s is an integer array).
 DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
