@@ -1,0 +1,1 @@
+"""Airflow plugins shipped with the provider (registered by the ``airflow.plugins`` entry point)."""

@@ -1,0 +1,183 @@
+"""The FastAPI app of the "SQL Queues" page, mounted by the plugin under ``/sqlqueue`` in the Airflow API server.
+
+Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
+
+| route | needs |
+|---|---|
+| ``GET /`` (the page), ``GET /assets/{name}`` | read |
+| ``GET /api/overview``: every connection with its queues, depth, age, net flow, thresholds, breaches | read |
+| ``GET /api/connections/{conn_id}/history?queue=&hours=``: depth samples of one queue | read |
+| ``GET /api/connections/{conn_id}/failed?limit=``: the error queue grouped by FailedQ and exception type | read |
+| ``POST /api/connections/{conn_id}/failed/retry`` ``{"ids": [...]}``: return to the source queue | edit |
+| ``POST /api/connections/{conn_id}/failed/delete`` ``{"ids": [...]}``: delete | edit |
+
+Only connection ids and queue names leave the server: never a host, login, password or extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
+
+from airflow_sqlqueue.dashboard import audit as audit_log
+from airflow_sqlqueue.dashboard import failed, queues, sources
+from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
+from airflow_sqlqueue.transport.connect import DatabaseConnectionError
+from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
+
+from .auth import EditorDep, ReaderDep, can_edit
+
+log = logging.getLogger(__name__)
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+MAX_SELECTED = 1000
+
+
+class Selection(BaseModel):
+    """Failed messages chosen in the browser, by native Id."""
+
+    ids: list[uuid.UUID] = Field(min_length=1, max_length=MAX_SELECTED)
+
+
+def _static(name: str) -> str:
+    return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")
+
+
+def public_error(exc: BaseException, conn_id: str) -> str:
+    """An error text safe for the browser: the provider's own messages name queues and rights, never connection
+    fields; a driver's message may hold a host or login, so only its type is sent (details in the server log)."""
+    if isinstance(exc, SqlQueueError) and not isinstance(exc, DatabaseConnectionError):
+        return str(exc)
+    log.warning("SQL queues dashboard: connection %r failed: %s", conn_id, exc)  # the password is blanked
+    return (f"the database of connection {conn_id!r} could not be used ({type(exc).__name__}); "
+            "details are in the API server log")
+
+
+def _guard(conn_id: str, work: Callable[[], Any]) -> Any:
+    """Run ``work`` and turn the errors it may raise into clear HTTP errors."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        return work()
+    except sources.UnknownConnectionError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except AirflowNotFoundException:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} is not defined in Airflow") from None
+    except failed.MessagesNotFoundError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except MaintenanceConfigError as exc:
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"SQL queue configuration: {exc}") from None
+    except (InvalidAddressError, ValueError) as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a database failure, explained without connection fields
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, public_error(exc, conn_id)) from None
+
+
+def _connection_overview(config: Any, conn: Any, user: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"conn_id": conn.conn_id, "error_queue": conn.error_queue,
+                             "can_edit": can_edit(user, conn.conn_id), "queues": [], "error": None}
+    try:
+        with sources.open_transport(conn.conn_id, conn.error_queue) as transport, \
+                sources.open_transport(config.samples_conn_id(conn.conn_id)) as samples:
+            entry["error_queue"] = transport.name(conn.error_queue)
+            entry["queues"] = queues.connection_queues(config, conn, transport, samples)
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken connection must not hide the others
+        from airflow.exceptions import AirflowNotFoundException
+
+        entry["error"] = (f"connection {conn.conn_id!r} is not defined in Airflow"
+                          if isinstance(exc, AirflowNotFoundException) else public_error(exc, conn.conn_id))
+    return entry
+
+
+def create_app() -> FastAPI:
+    """The dashboard's FastAPI app (mounted by the plugin; its routes depend on Airflow's auth manager)."""
+    app = FastAPI(title="SQL Queues", description=__doc__, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(HTTPException)
+    async def login_redirect(request: Request, exc: HTTPException) -> Response:
+        """Pages (not API calls) send a user who is not logged in to Airflow's login page."""
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED and not request.url.path.startswith(
+                f"{request.scope.get('root_path', '')}/api/"):
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
+                                    status_code=status.HTTP_303_SEE_OTHER)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(user: ReaderDep) -> HTMLResponse:
+        return HTMLResponse(_static("index.html"), headers={"Cache-Control": "no-store"})
+
+    @app.get("/assets/{name}")
+    def asset(name: str, user: ReaderDep) -> Response:
+        if name not in ASSETS:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
+        return Response(_static(name), media_type=ASSETS[name])
+
+    @app.get("/api/overview")
+    def overview(user: ReaderDep) -> dict[str, Any]:
+        config = _guard("", sources.dashboard_config)
+        return {"source": config.source, "user": user.get_name(),
+                "connections": [_connection_overview(config, conn, user) for conn in config.connections]}
+
+    @app.get("/api/connections/{conn_id}/history")
+    def history(conn_id: str, user: ReaderDep, queue: Annotated[str, Query(min_length=1)],
+                hours: Annotated[float, Query(gt=0, le=24 * 90)] = queues.DEFAULT_HISTORY_HOURS) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            config = sources.dashboard_config()
+            conn = sources.configured_connection(config, conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                name = transport.name(queue)
+                if name not in queues.resolve_queues(conn, transport):
+                    raise HTTPException(status.HTTP_404_NOT_FOUND,
+                                        f"queue {name!r} is not among the queues of connection {conn_id!r}")
+            with sources.open_transport(config.samples_conn_id(conn_id)) as samples_transport:
+                samples = queues.queue_history(config, conn_id, name, samples_transport, hours=hours)
+            return {"conn_id": conn_id, "queue": name, "hours": hours, "samples": queues.history_points(samples),
+                    "net_flow_per_minute": queues.net_flow_per_minute(samples)}
+
+        return _guard(conn_id, work)
+
+    @app.get("/api/connections/{conn_id}/failed")
+    def failed_messages(conn_id: str, user: ReaderDep,
+                        limit: Annotated[int, Query(ge=1, le=MAX_SELECTED)] = 200) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
+                        **failed.failed_groups(transport, conn.error_queue, limit)}
+
+        return _guard(conn_id, work)
+
+    def _act(event: str, conn_id: str, user: Any, selection: Selection,
+             action: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                error_queue = transport.name(conn.error_queue)
+                result = action(transport, error_queue, selection.ids)
+            audit_log.audit(event, user.get_name(), {"conn_id": conn_id, "error_queue": error_queue,
+                                                     "ids": [str(i) for i in selection.ids], "result": result})
+            return {"conn_id": conn_id, "error_queue": error_queue, **result}
+
+        return _guard(conn_id, work)
+
+    @app.post("/api/connections/{conn_id}/failed/retry")
+    def retry(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
+        return _act("sqlqueue.retry_failed_messages", conn_id, user, selection, failed.retry_messages)
+
+    @app.post("/api/connections/{conn_id}/failed/delete")
+    def delete(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
+        return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, failed.delete_messages)
+
+    return app

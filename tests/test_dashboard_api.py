@@ -1,0 +1,368 @@
+"""The "SQL Queues" dashboard API, through the real Airflow API server app (the plugin mounted by its entry point).
+
+Queues are real (SQLite file, and a schema on the PostgreSQL test server); users get JWTs from the Simple auth
+manager, as the Airflow UI does.
+"""
+
+from __future__ import annotations  # noqa: I001  (tests.airflow_env must be imported before airflow)
+
+import tests.airflow_env as airflow_env
+from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sqlqueue.maintenance.health import record_samples
+from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+from airflow_sqlqueue.transport import headers as h
+from tests.conftest import Db, make_db
+
+CONN_ID = "sqlqueue_dash"
+SAMPLES = "dash_samples"
+USERS = {"viewer": "viewer", "user": "user", "op": "op", "admin": "admin"}
+PREFIX = "/sqlqueue"
+
+
+class Boom(Exception):
+    """A handler failure of one kind."""
+
+
+def fill_queues(transport: SqlQueueTransport, q: Callable[[str], str]) -> dict[str, Any]:
+    """orders: 3 messages sent 2 h ago; billing: 1 fresh; invoices: empty after its 3 messages failed into the
+    error queue (2 TimeoutError, 1 Boom), every one with the NServiceBus failure headers."""
+    transport.create_queues([q("orders"), q("billing"), q("invoices"), q("error")])
+    old = h.format_wire_time(datetime.now(timezone.utc) - timedelta(hours=2))
+    transport.send_many(q("orders"), [OutgoingMessage(body=f'{{"order": {i}}}', headers={
+        h.ENCLOSED_MESSAGE_TYPES: "Sales.OrderPlaced", h.TIME_SENT: old}) for i in range(3)])
+    transport.send(q("billing"), OutgoingMessage(body=b'{"bill": 1}', headers={
+        h.ENCLOSED_MESSAGE_TYPES: "Billing.Bill", h.TIME_SENT: h.format_wire_time()}))
+    transport.send_many(q("invoices"), [OutgoingMessage(body=json.dumps({"kind": kind, "n": n}), headers={
+        h.ENCLOSED_MESSAGE_TYPES: "Billing.Invoice"}) for n, kind in enumerate(["timeout", "boom", "timeout"])])
+
+    def handler(message: Any, context: Any) -> None:
+        if json.loads(message.body)["kind"] == "timeout":
+            raise TimeoutError("the ledger did not answer")
+        raise Boom("bad invoice")
+
+    transport.process(q("invoices"), handler, immediate_retries=0)
+    failed = transport.browse(q("error"))
+    assert len(failed) == 3 and transport.peek(q("invoices")) == 0
+    return {"failed": failed}
+
+
+def config_for(db: Db) -> dict[str, Any]:
+    """The maintenance configuration of the test's connection (discovery limited to the test's schema)."""
+    spec: dict[str, Any] = {"thresholds": {"max_depth": 2, "max_age_seconds": 3600}}
+    if db.schema:
+        spec["schemas"] = [db.schema]
+        spec["error_queue"] = db.q("error")
+    return {"connections": {CONN_ID: spec}, "health_samples_table": db.q(SAMPLES)}
+
+
+@pytest.fixture(scope="module")
+def app() -> Any:
+    """The real API server app (every component: core API, UI, auth, plugins)."""
+    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(f"{u}:{r}" for u, r in USERS.items())
+    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "False"
+    os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "sqlqueue-dashboard-tests-" + "x" * 64)
+    from airflow.api_fastapi.app import create_app
+
+    return create_app("all")
+
+
+@pytest.fixture
+def client(app: Any, airflow_db: None) -> Iterator[Any]:  # noqa: F811
+    from fastapi.testclient import TestClient
+
+    with TestClient(app, base_url="http://localhost") as test_client:
+        yield test_client
+
+
+def token(role: str) -> str:
+    """A JWT for a user of that role, as the Simple auth manager issues at login."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role, role=USERS[role]))
+
+
+def as_user(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(role)}"}
+
+
+@pytest.fixture
+def variable() -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Set the ``sqlqueue_maintenance`` Variable in the metadata database (deleted afterwards)."""
+    from airflow.models import Variable
+
+    def put(config: dict[str, Any]) -> None:
+        Variable.set("sqlqueue_maintenance", json.dumps(config))
+
+    yield put
+    Variable.delete("sqlqueue_maintenance")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def filled(request: pytest.FixtureRequest, tmp_path: Path, variable: Callable[[dict[str, Any]], None],
+           airflow_db: None) -> Iterator[tuple[Db, dict[str, Any]]]:  # noqa: F811
+    """Queues filled by :func:`fill_queues` behind the Airflow connection ``sqlqueue_dash``, configured by the
+    Variable, with three health samples of ``orders`` (depth 1, 4, 3 at 30, 20 and 10 minutes ago)."""
+    for db in make_db(request.param, tmp_path):
+        if db.kind == "sqlite":
+            airflow_env.sqlite_connection(CONN_ID, db.url[len("sqlite:///"):])
+        else:
+            airflow_env.postgres_connection(CONN_ID)
+        made = fill_queues(db.transport, db.q)
+        now = datetime.now(timezone.utc)
+        for minutes, depth in ((30, 1), (20, 4), (10, 3)):
+            record_samples(db.transport, [{"conn_id": CONN_ID, "queue": db.transport.name(db.q("orders")),
+                                           "depth": depth, "oldest_age_seconds": 60.0}],
+                           db.q(SAMPLES), now=now - timedelta(minutes=minutes))
+        variable(config_for(db))
+        yield db, made
+
+
+def overview(client: Any, role: str = "viewer") -> dict[str, Any]:
+    response = client.get(f"{PREFIX}/api/overview", headers=as_user(role))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def queues_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    (conn,) = [c for c in data["connections"] if c["conn_id"] == CONN_ID]
+    assert conn["error"] is None, conn["error"]
+    return {q["queue"]: q for q in conn["queues"]}
+
+
+def post(client: Any, path: str, role: str, body: Any) -> Any:
+    return client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/{path}", headers=as_user(role), json=body)
+
+
+# -- listings -------------------------------------------------------------------------------------------------
+def test_overview_lists_every_queue_with_depth_age_net_flow_and_breaches(client: Any, filled: Any) -> None:
+    db, _ = filled
+    name = db.transport.name
+    queues = queues_of(overview(client))
+    assert set(queues) == {name(db.q(t)) for t in ("orders", "billing", "invoices", "error")}
+    orders, billing = queues[name(db.q("orders"))], queues[name(db.q("billing"))]
+    assert orders["depth"] == 3 and 7000 < orders["oldest_age_seconds"] < 7400
+    assert orders["breaches"] == ["depth 3 > 2", f"oldest message {orders['oldest_age_seconds']:.0f}s old > 3600s"]
+    assert orders["thresholds"] == {"max_depth": 2, "max_age_seconds": 3600}
+    assert orders["net_flow_per_minute"] == -0.1  # 4 -> 3 in 10 minutes
+    assert billing["depth"] == 1 and billing["breaches"] == [] and billing["net_flow_per_minute"] is None
+    assert queues[name(db.q("error"))]["is_error_queue"] and queues[name(db.q("error"))]["depth"] == 3
+    assert queues[name(db.q("invoices"))]["depth"] == 0
+
+
+def test_history_gives_the_recorded_depths_oldest_first(client: Any, filled: Any) -> None:
+    db, _ = filled
+    response = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", params={"queue": db.q("orders")},
+                          headers=as_user("viewer"))
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert [s["depth"] for s in data["samples"]] == [1, 4, 3]
+    times = [datetime.fromisoformat(s["sampled_at"]) for s in data["samples"]]
+    assert times == sorted(times) and times[-1] > datetime.now(timezone.utc) - timedelta(minutes=11)
+    assert data["net_flow_per_minute"] == -0.1
+    short = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", headers=as_user("viewer"),
+                       params={"queue": db.q("orders"), "hours": 0.25}).json()
+    assert [s["depth"] for s in short["samples"]] == [3]
+    none = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", params={"queue": db.q("billing")},
+                      headers=as_user("viewer")).json()
+    assert none["samples"] == [] and none["net_flow_per_minute"] is None
+
+
+def test_failed_messages_are_grouped_by_source_queue_and_exception_with_headers_and_body(
+        client: Any, filled: Any) -> None:
+    db, made = filled
+    response = client.get(f"{PREFIX}/api/connections/{CONN_ID}/failed", headers=as_user("viewer"))
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["total"] == 3 and data["error_queue"] == db.transport.name(db.q("error"))
+    assert data["can_edit"] is False  # a viewer
+    invoices = db.transport.name(db.q("invoices"))
+    assert [(g["failed_q"], g["exception_type"], g["count"]) for g in data["groups"]] == [
+        (invoices, "TimeoutError", 2), (invoices, f"{__name__}.Boom", 1)]
+    timeouts = next(g for g in data["groups"] if g["exception_type"].endswith("TimeoutError"))
+    assert timeouts["count"] == 2 and len(timeouts["messages"]) == 2
+    message = timeouts["messages"][0]
+    assert message["headers"][h.ENCLOSED_MESSAGE_TYPES] == "Billing.Invoice"
+    assert message["headers"][h.EXCEPTION_MESSAGE] == "the ledger did not answer"
+    assert json.loads(message["body_preview"])["kind"] == "timeout"
+    assert {m["id"] for g in data["groups"] for m in g["messages"]} == {str(r.id) for r in made["failed"]}
+
+
+# -- actions --------------------------------------------------------------------------------------------------
+def test_retry_returns_the_selected_message_to_its_queue_and_is_audited(client: Any, filled: Any) -> None:
+    db, made = filled
+    chosen = made["failed"][0]
+    response = post(client, "retry", "op", {"ids": [str(chosen.id)]})
+    assert response.status_code == 200, response.text
+    assert response.json()["total_returned"] == 1
+    back = db.transport.browse(db.q("invoices"))
+    assert [(r.id, r.body) for r in back] == [(chosen.id, chosen.body)]
+    assert h.FAILED_Q not in h.parse_headers(back[0].headers)
+    assert str(chosen.id) not in {str(r.id) for r in db.transport.browse(db.q("error"))}
+    assert len(db.transport.browse(db.q("error"))) == 2
+    entry = last_audit("sqlqueue.retry_failed_messages")
+    assert entry.owner == "op" and str(chosen.id) in entry.extra and CONN_ID in entry.extra
+
+
+def test_delete_removes_exactly_the_selected_messages_and_is_audited(client: Any, filled: Any) -> None:
+    db, made = filled
+    chosen = [str(r.id) for r in made["failed"][:2]]
+    response = post(client, "delete", "admin", {"ids": chosen})
+    assert response.status_code == 200, response.text
+    assert response.json()["deleted"] == 2
+    left = db.transport.browse(db.q("error"))
+    assert [str(r.id) for r in left] == [str(made["failed"][2].id)]
+    assert db.transport.peek(db.q("invoices")) == 0
+    entry = last_audit("sqlqueue.delete_failed_messages")
+    assert entry.owner == "admin" and all(i in entry.extra for i in chosen)
+
+
+def last_audit(event: str) -> Any:
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        entry = session.scalars(select(Log).where(Log.event == event).order_by(Log.id.desc()).limit(1)).first()
+        assert entry is not None, f"no audit log entry {event!r}"
+        session.expunge(entry)
+        return entry
+
+
+# -- bad input changes nothing --------------------------------------------------------------------------------
+@pytest.mark.parametrize("body, status", [
+    ({"ids": []}, 422), ({"ids": ["not-a-uuid"]}, 422), ({}, 422),
+    ({"ids": ["00000000-0000-0000-0000-000000000001"]}, 404)])
+def test_bad_selections_are_refused_and_change_nothing(client: Any, filled: Any, body: Any, status: int) -> None:
+    db, made = filled
+    for action in ("retry", "delete"):
+        real_and_bad = {"ids": [str(made["failed"][0].id), *body["ids"]]} if body.get("ids") else body
+        response = post(client, action, "op", real_and_bad)
+        assert response.status_code == status, response.text
+        if status == 404:
+            assert "00000000-0000-0000-0000-000000000001" in response.json()["detail"]
+    assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
+
+
+def test_unknown_connection_and_queue_get_clear_errors(client: Any, filled: Any) -> None:
+    db, _ = filled
+    viewer = as_user("viewer")
+    response = client.get(f"{PREFIX}/api/connections/nope/failed", headers=viewer)
+    assert response.status_code == 404 and "'nope' is not in the SQL queue configuration" in response.json()["detail"]
+    response = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", params={"queue": db.q("ghost")},
+                          headers=viewer)
+    assert response.status_code == 404 and "is not among the queues" in response.json()["detail"]
+    response = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", params={"queue": "a;b]]@@x"},
+                          headers=viewer)
+    assert response.status_code in (400, 404), response.text
+    response = client.post(f"{PREFIX}/api/connections/nope/failed/retry", headers=as_user("op"),
+                           json={"ids": [str(_ids_of(db)[0])]})
+    assert response.status_code == 404
+    assert len(db.transport.browse(db.q("error"))) == 3
+
+
+def _ids_of(db: Db) -> list[Any]:
+    return [r.id for r in db.transport.browse(db.q("error"))]
+
+
+# -- security -------------------------------------------------------------------------------------------------
+def test_nothing_is_reachable_without_login(client: Any, filled: Any) -> None:
+    db, _ = filled
+    ids = [str(i) for i in _ids_of(db)]
+    for path in ("/api/overview", f"/api/connections/{CONN_ID}/failed",
+                 f"/api/connections/{CONN_ID}/history?queue=orders"):
+        assert client.get(PREFIX + path).status_code == 401, path
+        bad = client.get(PREFIX + path, headers={"Authorization": "Bearer not.a.token"})
+        assert bad.status_code in (401, 403), path
+    for path in ("/", "/assets/dashboard.js"):  # pages send the browser to Airflow's login
+        page = client.get(PREFIX + path, follow_redirects=False)
+        assert page.status_code == 303 and "login" in page.headers["location"], path
+    for action in ("retry", "delete"):
+        assert client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/{action}", json={"ids": ids}).status_code == 401
+    assert len(db.transport.browse(db.q("error"))) == 3
+
+
+@pytest.mark.parametrize("role", ["viewer", "user"])
+def test_readers_may_look_but_not_retry_or_delete(client: Any, filled: Any, role: str) -> None:
+    db, _ = filled
+    ids = [str(i) for i in _ids_of(db)]
+    assert overview(client, role)["connections"][0]["can_edit"] is False
+    page = client.get(f"{PREFIX}/", headers=as_user(role))
+    assert page.status_code == 200 and "SQL Queues" in page.text
+    for action in ("retry", "delete"):
+        response = post(client, action, role, {"ids": ids})
+        assert response.status_code == 403 and "edit access" in response.json()["detail"]
+    assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
+    assert overview(client, "op")["connections"][0]["can_edit"] is True
+
+
+def test_the_session_cookie_of_the_airflow_ui_is_accepted_and_form_posts_are_refused(
+        client: Any, filled: Any) -> None:
+    db, _ = filled
+    client.cookies.set("_token", token("op"))
+    try:
+        assert client.get(f"{PREFIX}/api/overview").status_code == 200
+        ids = [str(_ids_of(db)[0])]
+        form = client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/delete", data={"ids": ids[0]})
+        assert form.status_code in (415, 422), form.text
+        assert len(db.transport.browse(db.q("error"))) == 3
+    finally:
+        client.cookies.clear()
+
+
+def test_no_connection_field_reaches_the_browser(client: Any, airflow_db: None,  # noqa: F811
+                                                 variable: Callable[[dict[str, Any]], None]) -> None:
+    secret = "Sup3r-S3cret-pw"
+    airflow_env.set_connection("sqlqueue_dash_secret", {
+        "conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "dash_no_such_role",
+        "password": secret, "schema": "test", "extra": {"sslmode": "disable", "application_name": "extra-secret"}})
+    variable({"connections": {"sqlqueue_dash_secret": {}}})
+    responses = [client.get(f"{PREFIX}/api/overview", headers=as_user("admin")),
+                 client.get(f"{PREFIX}/api/connections/sqlqueue_dash_secret/failed", headers=as_user("admin")),
+                 post_secret(client)]
+    (conn,) = responses[0].json()["connections"]
+    assert conn["conn_id"] == "sqlqueue_dash_secret" and "could not be used" in conn["error"]
+    assert responses[1].status_code == 502
+    for response in responses:
+        for field in (secret, "dash_no_such_role", "127.0.0.1", "5432", "extra-secret", "sslmode"):
+            assert field not in response.text, (field, response.text)
+
+
+def post_secret(client: Any) -> Any:
+    return client.post(f"{PREFIX}/api/connections/sqlqueue_dash_secret/failed/delete", headers=as_user("admin"),
+                       json={"ids": ["00000000-0000-0000-0000-000000000001"]})
+
+
+def test_the_plugin_adds_a_nav_view_and_mounts_its_app(client: Any) -> None:
+    response = client.get("/api/v2/plugins", headers=as_user("admin"))
+    assert response.status_code == 200, response.text
+    (plugin,) = [p for p in response.json()["plugins"] if p["name"] == "sqlqueue_dashboard"]
+    assert plugin["fastapi_apps"][0]["url_prefix"] == PREFIX
+    (view,) = plugin["external_views"]
+    assert view["href"] == f"{PREFIX}/" and view["url_route"] == "sql-queues" and view["destination"] == "nav"
+    script = client.get(f"{PREFIX}/assets/dashboard.js", headers=as_user("viewer"))
+    assert script.status_code == 200 and "loadOverview" in script.text
+
+
+# -- the transport's delete -----------------------------------------------------------------------------------
+def test_transport_deletes_messages_by_id_all_or_nothing(db: Db) -> None:
+    db.transport.create_queues([db.q("error")])
+    ids = db.transport.send_many(db.q("error"), [b"a", b"b", b"c"])
+    unknown = "00000000-0000-0000-0000-000000000002"
+    with pytest.raises(LookupError, match=unknown):
+        db.transport.delete_messages(db.q("error"), [ids[0], unknown])
+    with pytest.raises(ValueError):
+        db.transport.delete_messages(db.q("error"), ["1; DROP TABLE error"])
+    assert [r.id for r in db.transport.browse(db.q("error"))] == ids
+    assert db.transport.delete_messages(db.q("error"), [ids[0], str(ids[2])]) == 2
+    assert [r.id for r in db.transport.browse(db.q("error"))] == [ids[1]]
