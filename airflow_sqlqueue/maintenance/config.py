@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_sqlqueue.transport.validation import is_number, is_whole
+
 #: The Airflow Variable holding the configuration (JSON).
 VARIABLE = "sqlqueue_maintenance"
 #: Environment variable naming a JSON (or YAML) configuration file, used when the Variable is not set.
@@ -162,11 +164,10 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConf
                                      "or a list of connection ids")
     connections = [_connection(str(conn_id), spec or {}, source) for conn_id, spec in connections_raw.items()]
     batch = raw.get("purge_batch_size", 10_000)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    if not is_whole(batch):
         raise MaintenanceConfigError(f"{source}: purge_batch_size must be a positive integer, got {batch!r}")
     retention = raw.get("health_samples_retention_days", DEFAULT_RETENTION_DAYS)
-    if retention is not None and (isinstance(retention, bool) or not isinstance(retention, int | float)
-                                  or retention <= 0):
+    if retention is not None and not (is_number(retention) and retention > 0):
         raise MaintenanceConfigError(f"{source}: health_samples_retention_days must be a positive number of days "
                                      f"or null (keep every sample), got {retention!r}")
     callback = raw.get("alert_callback")
@@ -243,7 +244,7 @@ def _thresholds(value: Any, where: str) -> dict[str, Any]:
         number = value.get(key)
         if number is None:
             continue
-        if isinstance(number, bool) or not isinstance(number, int | float) or number < 0:
+        if not (is_number(number) and number >= 0):
             raise MaintenanceConfigError(f"{where}: {key} must be a non-negative number, got {number!r}")
         out[key] = number
     return out

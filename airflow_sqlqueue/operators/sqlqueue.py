@@ -32,6 +32,7 @@ from airflow_sqlqueue.transport import (
     TransactionMode,
 )
 from airflow_sqlqueue.transport.error_queue import failure_selector
+from airflow_sqlqueue.transport.validation import check_count, check_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -166,10 +167,7 @@ def _rendered_number(value: Any, what: str, kind: type) -> Any:
 
 
 def _positive(value: Any, what: str, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    check_count(value, what, allow_none=allow_none)
 
 
 def _max_map_length() -> int:
@@ -302,10 +300,8 @@ class SqlQueueDrainOperator(BaseOperator):
         for value, what, allow_none in checks:
             if not isinstance(value, str):
                 _positive(value, what, allow_none=allow_none)
-        duration = self.max_duration
-        if duration is not None and not isinstance(duration, str) and (
-                isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0):
-            raise ValueError(f"max_duration must be a positive number of seconds, got {duration!r}")
+        if not isinstance(self.max_duration, str):
+            check_seconds(self.max_duration, "max_duration", allow_none=True)
         if not isinstance(self.max_messages, str):
             self._check_list_size()
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .address import QueueAddress
 from .dialects import Finding
+from .validation import check_count
 
 if TYPE_CHECKING:
     from .transport import SqlQueueTransport
@@ -21,8 +22,7 @@ def purge_expired(transport: SqlQueueTransport, address: QueueAddress, batch_siz
 
     Deadlocks with receivers are retried by ``transport.run`` (logged as warnings, not failures).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_count(batch_size, "batch_size")
     dialect = transport.dialect
     ids = dialect.identifiers(address)
     total = 0

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from .errors import InvalidMessageError
 from .headers import MESSAGE_ID, serialize_headers
+from .validation import is_number
 
 YEAR = 365 * 24 * 3600
 MAX_SECONDS = 100 * YEAR
@@ -18,7 +19,7 @@ def _to_ms(value: float | timedelta | None, what: str) -> int | None:
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+    if not is_number(seconds):
         raise InvalidMessageError(f"{what} must be seconds (a number) or a timedelta, got {value!r}")
     if seconds <= 0:
         raise InvalidMessageError(f"{what} must be positive, got {seconds} seconds")

@@ -17,6 +17,7 @@ from .failures import FailureInfoStorage
 from .messages import OutgoingMessage
 from .modes import TransactionMode
 from .receivers import ReceiverLoop
+from .validation import check_count
 
 if TYPE_CHECKING:
     from .transport import ReceiveStats, SqlQueueTransport
@@ -168,8 +169,7 @@ class MessagePump:
                  mode: TransactionMode, *, batch_size: int = 100, concurrency: int = 1,
                  immediate_retries: int = 5, failures: FailureInfoStorage | None = None,
                  breaker: CircuitBreaker | None = None) -> None:
-        if isinstance(immediate_retries, bool) or not isinstance(immediate_retries, int) or immediate_retries < 0:
-            raise ValueError(f"immediate_retries must be 0 or more, got {immediate_retries!r}")
+        check_count(immediate_retries, "immediate_retries", minimum=0)
         self.transport = transport
         self.dialect = transport.dialect
         self.address = address

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from .circuit_breaker import CircuitBreaker
 from .connect import DatabaseConnectionError
 from .dialects import Dialect
+from .validation import check_count, check_seconds
 
 log = logging.getLogger(__name__)
 DEADLOCK_RETRIES = 5
@@ -28,9 +29,8 @@ class ReceiverLoop:
     """
 
     def __init__(self, dialect: Dialect, breaker: CircuitBreaker, *, batch_size: int, concurrency: int) -> None:
-        for value, what in ((batch_size, "batch_size"), (concurrency, "concurrency")):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{what} must be a positive integer, got {value!r}")
+        check_count(batch_size, "batch_size")
+        check_count(concurrency, "concurrency")
         self.dialect = dialect
         self.breaker = breaker
         self.batch_size = batch_size
@@ -39,12 +39,8 @@ class ReceiverLoop:
     def run(self, one_batch: BatchFunction, *, max_messages: int | None = None, max_duration: float | None = None,
             stop_when_empty: bool = True) -> int:
         """Receive until done; return the rows that counted against the budget."""
-        if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
-                                         or max_messages < 0):
-            raise ValueError(f"max_messages must be a positive integer or None, got {max_messages!r}")
-        if max_duration is not None and (isinstance(max_duration, bool) or not isinstance(max_duration, int | float)
-                                         or max_duration <= 0):
-            raise ValueError(f"max_duration must be a positive number of seconds, got {max_duration!r}")
+        check_count(max_messages, "max_messages", minimum=0, allow_none=True)
+        check_seconds(max_duration, "max_duration", allow_none=True)
         lock = threading.Lock()
         deadline = None if max_duration is None else time.monotonic() + max_duration
         state = {"counted": 0, "reserved": 0, "stop": False}

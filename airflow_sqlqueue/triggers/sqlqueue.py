@@ -26,6 +26,7 @@ from airflow_sqlqueue.hooks.sqlqueue import transport_for
 from airflow_sqlqueue.transport import QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
 from airflow_sqlqueue.transport.dialects import RawRow
 from airflow_sqlqueue.transport.transport import ReceiveStats
+from airflow_sqlqueue.transport.validation import check_count, is_number
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ MAX_TRANSIENT_FAILURES = 5
 
 def check_poll_interval(poll_interval: float, owner: str) -> float:
     """Validate a poll interval in seconds: under 0.1 s is refused, over 10 s warns (events arrive late)."""
-    if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float):
+    if not is_number(poll_interval):
         raise TypeError(f"{owner}: poll_interval must be a number of seconds, got {poll_interval!r}")
     if poll_interval < MIN_POLL_INTERVAL:
         raise ValueError(
@@ -90,8 +91,7 @@ class SqlQueueTrigger(BaseTrigger):
 
     def __init__(self, conn_id: str, queue: str, min_messages: int = 1, poll_interval: float = 5.0) -> None:
         super().__init__()
-        if isinstance(min_messages, bool) or not isinstance(min_messages, int) or min_messages < 1:
-            raise ValueError(f"min_messages must be a positive integer, got {min_messages!r}")
+        check_count(min_messages, "min_messages")
         self.conn_id = conn_id
         self.queue = queue
         self.min_messages = min_messages
@@ -387,8 +387,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     def __init__(self, conn_id: str, queue_name: str, batch_size: int = 100, poll_interval: float = 2.0,
                  error_queue: str = "error", max_body_bytes: int | None = 65536) -> None:
         super().__init__()
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_count(batch_size, "batch_size")
         self.conn_id = conn_id
         self.queue_name = queue_name
         self.batch_size = batch_size

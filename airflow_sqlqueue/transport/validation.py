@@ -1,0 +1,30 @@
+"""Checks of counts and durations given by users: one wording everywhere, ``True``/``False`` never taken for 1/0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_whole(value: Any, minimum: int = 1) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_count(value: Any, what: str, *, minimum: int = 1, allow_none: bool = False) -> None:
+    """Raise ValueError naming ``what`` unless ``value`` is a whole number >= ``minimum`` (or None if allowed)."""
+    if (value is None and allow_none) or is_whole(value, minimum):
+        return
+    wanted = "a positive integer" if minimum == 1 else f"an integer of {minimum} or more"
+    raise ValueError(f"{what} must be {wanted}{' or None' if allow_none else ''}, got {value!r}")
+
+
+def check_seconds(value: Any, what: str, *, allow_none: bool = False) -> None:
+    """Raise ValueError naming ``what`` unless ``value`` is a positive number of seconds (or None if allowed)."""
+    if (value is None and allow_none) or (is_number(value) and value > 0):
+        return
+    raise ValueError(f"{what} must be a positive number of seconds{' or None' if allow_none else ''}, got {value!r}")
