@@ -166,10 +166,6 @@ def _rendered_number(value: Any, what: str, kind: type) -> Any:
                          f"{'a whole number' if kind is int else 'a number of seconds'}") from None
 
 
-def _positive(value: Any, what: str, *, allow_none: bool = False) -> None:
-    check_count(value, what, allow_none=allow_none)
-
-
 def _max_map_length() -> int:
     from airflow.sdk.configuration import conf
 
@@ -299,7 +295,7 @@ class SqlQueueDrainOperator(BaseOperator):
                   (self.batch_size, "batch_size", False))
         for value, what, allow_none in checks:
             if not isinstance(value, str):
-                _positive(value, what, allow_none=allow_none)
+                check_count(value, what, allow_none=allow_none)
         if not isinstance(self.max_duration, str):
             check_seconds(self.max_duration, "max_duration", allow_none=True)
         if not isinstance(self.max_messages, str):
@@ -560,7 +556,7 @@ class SqlQueuePurgeExpiredOperator(_MaintenanceOperator):
 
     def __init__(self, *, queues: str | list[str] | None = None, batch_size: int = 10_000, **kwargs: Any) -> None:
         super().__init__(queues=queues, **kwargs)
-        _positive(batch_size, "batch_size")
+        check_count(batch_size, "batch_size")
         self.batch_size = batch_size
 
     def execute(self, context: Context) -> dict[str, int]:
@@ -634,7 +630,7 @@ class SqlQueueRetryErrorsOperator(BaseOperator):
                  max_messages: int | None = None, sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _positive(max_messages, "max_messages", allow_none=True)
+        check_count(max_messages, "max_messages", allow_none=True)
         self.error_queue = error_queue
         self.failed_q = failed_q
         self.exception_type = exception_type

@@ -20,6 +20,7 @@ from .failures import PoisonMessageError, failure_headers
 from .headers import PoisonHeadersError, parse_headers
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .validation import check_count
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -216,7 +217,7 @@ class SqlQueueTransport:
         transaction.
         """
         address = self.address(queue)
-        _check_count(max_messages, "max_messages")
+        check_count(max_messages, "max_messages")
         with self.connections.connection() as conn, self.dialect.transaction(conn) as cur:
             try:
                 rows = self.take(cur, address, max_messages)
@@ -343,7 +344,7 @@ class SqlQueueTransport:
     def browse(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 100) -> list[RawRow]:
         """Rows after a position, without taking them (for listing an error queue)."""
         address = self.address(queue)
-        _check_count(limit, "limit")
+        check_count(limit, "limit")
         return self.run(lambda cur: [self.dialect.to_raw_row(r) for r in self.dialect.execute(
             cur, "browse", {"after_seq": after_seq, "batch_size": limit}, **self.dialect.identifiers(address))],
             what=f"browse {self.name(address)!r}", read_only=True)
@@ -421,11 +422,6 @@ def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, 
         for name, sql in zip(names, dialect.ddl(address, delayed), strict=True):
             parts.append(f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};")
     return "\n\n".join(parts) + "\n"
-
-
-def _check_count(value: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
 
 
 def _first_line(exc: BaseException) -> str:
