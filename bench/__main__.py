@@ -22,7 +22,7 @@ from typing import Any
 from . import drain, memory, peek, purge, receive, send
 from .databases import BenchDb
 from .peer import Pgqueuer
-from .report import Result, text_table, write_outputs
+from .report import Result, load_results, text_table, write_outputs
 from .sizes import QUICK, Sizes
 from .targets import check
 
@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--no-peer", action="store_true", help="skip pgqueuer")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--from-json", type=Path, help="print and rewrite the tables of a recorded results.json")
     for field in dataclasses.fields(Sizes):
         flag = "--" + field.name.replace("_", "-")
         if field.name == "memory":
@@ -98,13 +99,16 @@ def run_dialect(dialect: str, cases: list[str], sizes: Sizes, pg_url: str, with_
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("airflow_sqlqueue").setLevel(logging.WARNING)  # no per-purge info lines in the table
-    sizes = sizes_of(args)
-    cases = [c for c in CASES if c in args.cases.split(",")]
-    meta = {**machine(args.pg_url), "sizes": dataclasses.asdict(sizes), "argv": sys.argv[1:]}
-    results: list[Result] = []
-    for dialect in args.dialects.split(","):
-        results += run_dialect(dialect, cases, sizes, args.pg_url, not args.no_peer)
-    meta["load_average_end"] = os.getloadavg()
+    if args.from_json is not None:
+        results, meta = load_results(args.from_json)
+    else:
+        sizes = sizes_of(args)
+        cases = [c for c in CASES if c in args.cases.split(",")]
+        meta = {**machine(args.pg_url), "sizes": dataclasses.asdict(sizes), "argv": sys.argv[1:]}
+        results = []
+        for dialect in args.dialects.split(","):
+            results += run_dialect(dialect, cases, sizes, args.pg_url, not args.no_peer)
+        meta["load_average_end"] = os.getloadavg()
     targets = check(results)
     print(text_table(results))
     print()

@@ -6,6 +6,7 @@ applies) run one after the other inside each repeat, so the load of a shared mac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -78,12 +79,11 @@ COLUMNS = ("case", "db", "messages", "median", "min", "max", "rate/s", "baseline
            "peer rate/s", "vs peer")
 
 
-def _num(value: float | None, digits: int = 3) -> str:
+def _num(value: float | None) -> str:
+    """3 significant digits below 100, whole numbers (with thousands separators) from 100."""
     if value is None:
         return "-"
-    if value >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}" if value < 1 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def row_cells(result: Result) -> list[str]:
@@ -93,8 +93,8 @@ def row_cells(result: Result) -> list[str]:
     span = [_num(v) + suffix if v is not None else "-" for v in
             (result.median(), min(values, default=None), max(values, default=None))]
     ratio = [f"{r:.2f}x" if r is not None else "-" for r in (result.ratio(BASELINE), result.ratio(PEER))]
-    return [result.case, result.dialect, f"{result.messages:,} {result.unit}", *span, _num(result.rate(), 4),
-            _num(result.rate(BASELINE), 4), ratio[0], _num(result.rate(PEER), 4), ratio[1]]
+    return [result.case, result.dialect, f"{result.messages:,} {result.unit}", *span, _num(result.rate()),
+            _num(result.rate(BASELINE)), ratio[0], _num(result.rate(PEER)), ratio[1]]
 
 
 def text_table(results: list[Result]) -> str:
@@ -112,6 +112,13 @@ def markdown_table(results: list[Result]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 3 + "---:|" * (len(COLUMNS) - 3)]
     lines += ["| " + " | ".join(row_cells(r)) + " |" for r in results]
     return "\n".join(lines) + "\n"
+
+
+def load_results(path: Path) -> tuple[list[Result], dict[str, Any]]:
+    """The results and machine of a recorded ``results.json``."""
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    names = {f.name for f in dataclasses.fields(Result)}
+    return [Result(**{k: v for k, v in row.items() if k in names}) for row in payload["results"]], payload["meta"]
 
 
 def write_outputs(results: list[Result], targets: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
