@@ -66,14 +66,16 @@ def config_for(db: Db) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def app() -> Any:
-    """The real API server app (every component: core API, UI, auth, plugins)."""
-    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(f"{u}:{r}" for u, r in USERS.items())
-    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "False"
-    os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "sqlqueue-dashboard-tests-" + "x" * 64)
-    from airflow.api_fastapi.app import create_app
+def app() -> Iterator[Any]:
+    """The real API server app (every component: core API, UI, auth, plugins), with the Simple auth manager."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", ",".join(f"{u}:{r}" for u, r in USERS.items()))
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")  # never all admins here
+        if not os.environ.get("AIRFLOW__API_AUTH__JWT_SECRET"):
+            env.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "sqlqueue-dashboard-tests-" + "x" * 64)
+        from airflow.api_fastapi.app import create_app
 
-    return create_app("all")
+        yield create_app("all")
 
 
 @pytest.fixture

@@ -64,8 +64,8 @@ function queueTable(conn) {
   const rows = conn.queues.map((q) => {
     const name = el("button", { class: "link", type: "button", title: "depth over time",
       onclick: () => showHistory(conn.conn_id, q.queue, q.thresholds) }, q.queue);
-    const extra = q.is_error_queue ? el("button", { class: "link", type: "button",
-      onclick: () => showErrors(conn.conn_id) }, " (browse failed messages)") : null;
+    const extra = q.is_error_queue ? el("button", { class: "link browse", type: "button",
+      onclick: () => showErrors(conn.conn_id) }, "browse failed messages") : null;
     return el("tr", { class: q.breaches.length ? "breach" : "", dataset: { conn: conn.conn_id, queue: q.queue } },
       el("td", { class: "queue" }, name, extra),
       el("td", { class: "num depth" }, q.depth === null ? "-" : q.depth),
