@@ -204,7 +204,7 @@ class SqlQueueTransport:
         if cursor is not None:
             work(cursor)
         else:
-            self.run(work, what=f"send to {self.name(address)!r}")
+            self.run(work, what=f"send to {self.dialect.format_address(address)!r}")
         return ids
 
     # -- receive ---------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ class SqlQueueTransport:
         """Depth estimate (cheap on any backlog; rows held by receivers at the head are not counted)."""
         address = self.address(queue)
         return int(self.run(lambda cur: self.dialect.scalar(cur, "peek", None, **self.dialect.identifiers(address))
-                            or 0, what=f"peek {self.name(address)!r}", read_only=True))
+                            or 0, what=f"peek {self.dialect.format_address(address)!r}", read_only=True))
 
     def oldest_age(self, queue: str | QueueAddress) -> float | None:
         """Seconds since the oldest message was sent (from its TimeSent header), or None."""
