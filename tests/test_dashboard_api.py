@@ -200,6 +200,20 @@ def test_failed_messages_are_grouped_by_source_queue_and_exception_with_headers_
     assert {m["id"] for g in data["groups"] for m in g["messages"]} == {str(r.id) for r in made["failed"]}
 
 
+
+def test_a_configured_queue_without_a_table_is_shown_as_missing(client: Any, filled: Any,
+                                                                variable: Callable[[dict[str, Any]], None]) -> None:
+    db, _ = filled
+    config = config_for(db)
+    config["connections"][CONN_ID]["queues"] = {db.q("orders"): {"max_depth": 10}, db.q("ghost"): {}}
+    variable(config)
+    queues = queues_of(overview(client))
+    orders, ghost = queues[db.transport.name(db.q("orders"))], queues[db.transport.name(db.q("ghost"))]
+    assert list(queues) == [db.transport.name(db.q("orders")), db.transport.name(db.q("ghost"))]
+    assert orders["thresholds"]["max_depth"] == 10 and orders["breaches"] == [
+        f"oldest message {orders['oldest_age_seconds']:.0f}s old > 3600s"]
+    assert ghost["exists"] is False and ghost["depth"] is None and ghost["breaches"] == ["queue table does not exist"]
+
 # -- actions --------------------------------------------------------------------------------------------------
 def test_retry_returns_the_selected_message_to_its_queue_and_is_audited(client: Any, filled: Any) -> None:
     db, made = filled
