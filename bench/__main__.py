@@ -98,7 +98,6 @@ def run_dialect(dialect: str, cases: list[str], sizes: Sizes, pg_url: str, with_
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.getLogger("airflow_sqlqueue").setLevel(logging.WARNING)  # no per-purge info lines in the table
     if args.from_json is not None:
         results, meta = load_results(args.from_json)
     else:
@@ -120,4 +119,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # no per-purge info lines between the tables; set here, not in main(), so an in-process caller keeps its own
+    logging.getLogger("airflow_sqlqueue").setLevel(logging.WARNING)
     raise SystemExit(main())
