@@ -340,6 +340,26 @@ def test_list_shows_depth_and_age_of_the_oldest_message(cli: Cli):
     assert line.split()[1] == "3" and line.split()[2].endswith("s")
 
 
+def test_list_skips_a_queue_dropped_while_listing(tmp_path: Path, capsys):
+    """A DBA drops a queue between discovery and its peek: the others are still listed (in process: the race
+    cannot be timed from outside)."""
+    from airflow_sqlqueue.cli.commands import list_queues
+    from airflow_sqlqueue.transport import SqlQueueTransport
+
+    class DroppingTransport(SqlQueueTransport):
+        def discover(self) -> list[str]:
+            found = super().discover()
+            self.run(lambda cur: cur.execute('DROP TABLE "gone"'))
+            return found
+
+    with DroppingTransport.from_url(f"sqlite:///{tmp_path / 'q.db'}") as transport:
+        transport.create_queues(["gone", "kept"])
+        transport.send("kept", b"x")
+        assert list_queues(transport, type("Args", (), {"json": True})()) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"queue": "kept", "depth": 1, "oldest_age_seconds": None}]
+
+
 def test_a_missing_queue_is_an_input_error_everywhere(cli: Cli):
     missing = cli.db.q("nosuch")
     before = cli.tables()

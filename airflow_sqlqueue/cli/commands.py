@@ -180,7 +180,12 @@ def peek(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
 
 
 def list_queues(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
-    rows = [(q, transport.peek(q), transport.oldest_age(q)) for q in transport.discover()]
+    rows = []
+    for queue in transport.discover():
+        try:
+            rows.append((queue, transport.peek(queue), transport.oldest_age(queue)))
+        except QueueNotFoundError:
+            continue  # dropped between discovery and its peek: no longer a queue to list
     if args.json:
         for name, depth, age in rows:
             emit_json({"queue": name, "depth": depth, "oldest_age_seconds": age})
