@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -19,7 +18,7 @@ from airflow_sqlqueue.transport import (
     ddl_script,
 )
 from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
+from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
 
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
@@ -275,28 +274,19 @@ def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
 def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
                  select: Callable[[ReceivedMessage], bool]) -> int:
     """List (never take) the failed messages that match: one JSON object each, or a table grouped by cause."""
-    groups: Counter[tuple[str, str]] = Counter()
-    after = 0
-    while rows := transport.browse(transport.error_queue, after_seq=after, limit=BROWSE_CHUNK):
-        for row in rows:
-            after = row.seq
-            try:
-                headers = parse_headers(row.headers)
-            except PoisonHeadersError:
-                headers = {}
-            message = ReceivedMessage(row.id, headers, row.body, row.seq)
-            if not select(message):
-                continue
-            key = (headers.get(h.FAILED_Q) or "-", headers.get(h.EXCEPTION_TYPE) or "-")
-            groups[key] += 1
-            if args.json:
-                emit_json({**message_json(message), "failed_q": headers.get(h.FAILED_Q),
-                           "exception_type": headers.get(h.EXCEPTION_TYPE),
-                           "exception_message": headers.get(h.EXCEPTION_MESSAGE)})
-        if len(rows) < BROWSE_CHUNK:
-            break
+    groups = FailureGroups()
+    for row in failed_rows(transport, transport.error_queue, BROWSE_CHUNK):
+        failure = failure_of(row.headers)
+        message = ReceivedMessage(row.id, failure.headers, row.body, row.seq)
+        if not select(message):
+            continue
+        groups.add(failure)
+        if args.json:
+            emit_json({**message_json(message), "failed_q": failure.headers.get(h.FAILED_Q),
+                       "exception_type": failure.headers.get(h.EXCEPTION_TYPE),
+                       "exception_message": failure.headers.get(h.EXCEPTION_MESSAGE)})
     if not args.json:
-        rows = [(q, e, n) for (q, e), n in sorted(groups.items())]
+        rows = [(g["failed_q"], g["exception_type"], g["count"]) for g in groups.ordered()]
         print(table(["failed queue", "exception", "messages"], rows) if rows else "no failed messages")
     return OK
 

@@ -20,9 +20,8 @@ from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.error_queue import failure_selector
+from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
 from airflow_sqlqueue.transport.errors import InvalidAddressError
-from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers
 
 from . import health
 from .config import MaintenanceConfig, MaintenanceConfigError, load_config, resolve_queues, thresholds_for
@@ -287,43 +286,20 @@ def error_queues(params: dict[str, Any] | None) -> list[dict[str, Any]]:
             for c in conn_ids]
 
 
-def _failure_group(raw_headers: str | None) -> tuple[str, str, dict[str, str]]:
-    try:
-        parsed = parse_headers(raw_headers)
-    except PoisonHeadersError:
-        return "(headers not JSON)", "-", {}
-    if h.RAW_HEADERS in parsed:
-        return parsed.get(h.FAILED_Q) or "(poison)", parsed.get(h.EXCEPTION_TYPE) or "-", parsed
-    return parsed.get(h.FAILED_Q) or "(no FailedQ)", parsed.get(h.EXCEPTION_TYPE) or "-", parsed
-
-
 def list_failed(target: dict[str, Any]) -> dict[str, Any]:
     """Failed messages grouped by ``NServiceBus.FailedQ`` and exception type, as a table in the log."""
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    after = 0
+    groups = FailureGroups()
     with transport_for(target["conn_id"], target["error_queue"]) as transport:
         error_queue = transport.name(target["error_queue"])
-        while True:
-            rows = transport.browse(error_queue, after_seq=after, limit=BROWSE_PAGE)
-            for row in rows:
-                failed_q, kind, parsed = _failure_group(row.headers)
-                group = groups.setdefault((failed_q, kind), {
-                    "failed_q": failed_q, "exception_type": kind, "count": 0, "first_failure": None,
-                    "last_failure": None, "example_id": str(row.id),
-                    "example_message": (parsed.get(h.EXCEPTION_MESSAGE) or "")[:120]})
-                group["count"] += 1
-                when = parsed.get(h.TIME_OF_FAILURE)
-                if when:
-                    group["first_failure"] = min(filter(None, [group["first_failure"], when]))
-                    group["last_failure"] = max(filter(None, [group["last_failure"], when]))
-                after = row.seq
-            if len(rows) < BROWSE_PAGE:
-                break
-    result = sorted(groups.values(), key=lambda g: (-g["count"], g["failed_q"], g["exception_type"]))
-    total = sum(g["count"] for g in result)
-    log.info("%d failed messages in %s on %s:\n%s", total, error_queue, target["conn_id"], format_table(
+        for row in failed_rows(transport, error_queue, BROWSE_PAGE):
+            failure = failure_of(row.headers)
+            group = groups.add(failure)
+            group.setdefault("example_id", str(row.id))
+            group.setdefault("example_message", (failure.headers.get(h.EXCEPTION_MESSAGE) or "")[:120])
+    result = groups.ordered()
+    log.info("%d failed messages in %s on %s:\n%s", groups.total, error_queue, target["conn_id"], format_table(
         result, ("failed_q", "exception_type", "count", "first_failure", "last_failure", "example_message")))
-    return {**target, "error_queue": error_queue, "total": total, "groups": result}
+    return {**target, "error_queue": error_queue, "total": groups.total, "groups": result}
 
 
 def return_failed(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import headers as h
 from .address import QueueAddress
+from .dialects import RawRow
 from .errors import InvalidAddressError
 from .headers import PoisonHeadersError, parse_headers
 from .messages import ReceivedMessage
@@ -77,6 +78,67 @@ def failure_selector(transport: SqlQueueTransport, *, failed_q: str | None = Non
         return True
 
     return select
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a row is in the error queue: the queue it failed in, the exception type, and its parsed headers.
+
+    Rows whose headers are not JSON group as ``(headers not JSON)``, poison rows without a FailedQ as
+    ``(poison)``, other rows without one as ``(no FailedQ)``; a missing exception type is ``-``.
+    """
+
+    failed_q: str
+    exception_type: str
+    headers: dict[str, str | None]
+
+
+def failure_of(raw_headers: str | None) -> Failure:
+    """The failure a stored error-queue row records (never raises: bad headers are a group of their own)."""
+    try:
+        parsed = parse_headers(raw_headers)
+    except PoisonHeadersError:
+        return Failure("(headers not JSON)", "-", {})
+    missing = "(poison)" if h.RAW_HEADERS in parsed else "(no FailedQ)"
+    return Failure(parsed.get(h.FAILED_Q) or missing, parsed.get(h.EXCEPTION_TYPE) or "-", parsed)
+
+
+def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:
+    """Every row of an error queue, oldest first, read page by page without taking any."""
+    after = 0
+    while True:
+        rows = transport.browse(error_queue, after_seq=after, limit=page)
+        yield from rows
+        if len(rows) < page:
+            return
+        after = rows[-1].seq
+
+
+class FailureGroups:
+    """Failed messages grouped by ``NServiceBus.FailedQ`` and exception type: count, first and last failure."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, failure: Failure) -> dict[str, Any]:
+        """Count one failed message; return its group (a dict the caller may add fields to)."""
+        group = self._groups.setdefault((failure.failed_q, failure.exception_type), {
+            "failed_q": failure.failed_q, "exception_type": failure.exception_type, "count": 0,
+            "first_failure": None, "last_failure": None})
+        group["count"] += 1
+        when = failure.headers.get(h.TIME_OF_FAILURE)
+        if when:
+            group["first_failure"] = min(filter(None, [group["first_failure"], when]))
+            group["last_failure"] = max(filter(None, [group["last_failure"], when]))
+        return group
+
+    def ordered(self) -> list[dict[str, Any]]:
+        """The groups, largest first."""
+        return sorted(self._groups.values(), key=lambda g: (-g["count"], g["failed_q"], g["exception_type"]))
+
+    @property
+    def total(self) -> int:
+        return sum(g["count"] for g in self._groups.values())
 
 
 def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
