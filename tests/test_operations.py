@@ -494,6 +494,33 @@ def test_retry_errors_with_selection_and_limit(queues):
     assert count(queues, "error") == 4
 
 
+def test_failures_grouped_by_failed_queue_and_exception_over_pages(queues):
+    from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
+
+    t, error = queues.transport, queues.q("error")
+    failed = {h.FAILED_Q: "orders", h.EXCEPTION_TYPE: "System.TimeoutException"}
+    t.send_many(error, [OutgoingMessage(b"t", {**failed, h.TIME_OF_FAILURE: f"2026-01-0{i + 1} 00:00:00:000000 Z"})
+                        for i in range(5)])
+    t.send(error, OutgoingMessage(b"k", {h.FAILED_Q: "billing", h.EXCEPTION_TYPE: "KeyError"}))
+    t.send(error, OutgoingMessage(b"n", {"k": "v"}))
+    t.send(error, OutgoingMessage(b"p", {h.RAW_HEADERS: "not json", h.EXCEPTION_TYPE: "PoisonMessageError"}))
+    table = t.dialect.qualified(t.address(error))
+    placeholder = "?" if queues.kind == "sqlite" else "%s"
+    queues.sql(f"INSERT INTO {table} (id, headers, body) VALUES ({placeholder}, '[1]', NULL)",  # noqa: S608
+               (str(uuid.uuid4()),))
+    groups = FailureGroups()
+    rows = list(failed_rows(t, error, page=2))  # several pages
+    for row in rows:
+        groups.add(failure_of(row.headers))
+    assert len(rows) == 9 and groups.total == 9 and count(queues, "error") == 9  # nothing taken
+    assert [(g["failed_q"], g["exception_type"], g["count"]) for g in groups.ordered()] == [
+        ("orders", "System.TimeoutException", 5), ("(headers not JSON)", "-", 1), ("(no FailedQ)", "-", 1),
+        ("(poison)", "PoisonMessageError", 1), ("billing", "KeyError", 1)]
+    timeouts = groups.ordered()[0]
+    assert (timeouts["first_failure"], timeouts["last_failure"]) == (
+        "2026-01-01 00:00:00:000000 Z", "2026-01-05 00:00:00:000000 Z")
+
+
 # -- missing queues and schemas --------------------------------------------------------------------
 def test_missing_queue_is_a_clear_error_and_changes_nothing(queues):
     t = queues.transport
