@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import uuid
@@ -22,7 +23,7 @@ from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, f
 
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
-from .output import age_text, emit_json, message_json, message_line, progress, table
+from .output import age_text, emit_json, message_json, message_line, progress, table, write_line_now
 from .receiving import ReceiveCount, receive_and_print
 
 SEND_CHUNK = 1000
@@ -144,12 +145,11 @@ def receive(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     count = ReceiveCount()
     with progress(f"receiving from {name}", args.max,
                   enabled=_progressing(args, args.max >= PROGRESS_FROM)) as bar:
-        def show(message: ReceivedMessage) -> None:
+        def show(message: ReceivedMessage) -> None:  # the whole line is out before the receive commits
             if args.json:
-                emit_json(message_json(message))
+                write_line_now(json.dumps(message_json(message), ensure_ascii=False, default=str))
             else:
-                sys.stdout.write(message_line(message) + "\n")
-            sys.stdout.flush()  # printed before the receive commits
+                write_line_now(message_line(message))
             bar.advance(1)
 
         try:

@@ -37,6 +37,24 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
 
 
+def write_line_now(text: str) -> None:
+    """Write one line to stdout completely, now, or raise OSError (a message counts as printed only then).
+
+    With ``PYTHONUNBUFFERED`` (common in containers) ``sys.stdout`` writes straight to the file, and a short
+    write into a pipe whose reader went away drops the rest of the line without an error: write the bytes
+    ourselves until every one is taken.
+    """
+    sys.stdout.flush()  # whatever was printed before goes first
+    data = memoryview((text + "\n").encode("utf-8"))
+    out = sys.stdout.buffer
+    while data:
+        written = out.write(data)
+        if written is None:  # a non-blocking stdout that is full: nothing was taken yet
+            raise BlockingIOError("stdout is not accepting output")
+        data = data[written:]
+    out.flush()
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
     cells = [[str(name) for name in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
