@@ -19,12 +19,15 @@ class DatabaseConnectionError(SqlQueueError):
 
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&;](?:password|pwd)=)[^&;#]*")
+#: A URL starts with its scheme; a '://' further on may be inside a pasted password.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _password_span(url: str) -> tuple[int, int] | None:
     """Where the password of a URL is, read leniently: the user info ends at the last ``@``, so a password with
     an unencoded ``/``, ``?``, ``#`` or ``@`` (or in a URL with a typo in ``://``) is still found whole."""
-    start = url.find("://") + 3 if "://" in url else 0  # not a URL (a typo): any ':' before the '@' may start it
+    scheme = _SCHEME.match(url)
+    start = scheme.end() if scheme else 0  # not a URL (a typo): any ':' before the '@' may start it
     at = url.rfind("@")
     colon = url.find(":", start, at) if at > start else -1
     if colon < 0 or "@" in url[start:colon]:  # no user info, or a user without a password
@@ -40,15 +43,20 @@ def redact(url: str) -> str:
 
 def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
     """Return (a function opening a new connection, dialect name) for a URL; nothing is opened yet."""
-    if not isinstance(url, str) or "://" not in url:
+    if not isinstance(url, str) or not _SCHEME.match(url):
         shown = redact(url) if isinstance(url, str) else type(url).__name__
         raise UnsupportedConnectionError(
-            f"not a connection URL: {shown!r} (no '://'); use one of: {', '.join(SCHEMES)}")
+            f"not a connection URL: {shown!r} (it must start with scheme://); use one of: {', '.join(SCHEMES)}")
     span = _password_span(url)
-    if span is not None and any(ch in url[span[0]:span[1]] for ch in "/?#@"):
+    if span is not None and any(ch in url[span[0]:span[1]] for ch in "/?#@[]"):
         raise UnsupportedConnectionError(
-            f"the password in {redact(url)} contains '/', '?', '#' or '@' as it is; percent-encode it "
+            f"the password in {redact(url)} contains '/', '?', '#', '@', '[' or ']' as it is; percent-encode it "
             "(urllib.parse.quote(password, safe=''))")
+    try:
+        urlsplit(url).port  # noqa: B018 - parses the host and port now: their errors may quote the URL
+    except ValueError as exc:
+        raise UnsupportedConnectionError(f"{redact(url)} is not a valid URL ({_scrubbed(exc, url)}); "
+                                         f"use one of: {', '.join(SCHEMES)}") from None
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         return _sqlite(url), "sqlite"
@@ -60,6 +68,17 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
         return _pyodbc(url), "mssql"
     raise UnsupportedConnectionError(
         f"unsupported URL scheme {scheme!r} in {redact(url)}; use one of: {', '.join(SCHEMES)}")
+
+
+def _scrubbed(exc: Exception, url: str) -> str:
+    """An error's text with the URL's password (as written, and decoded) blanked."""
+    text = str(exc)
+    span = _password_span(url)
+    if span is not None:
+        for secret in (url[span[0]:span[1]], unquote(url[span[0]:span[1]])):
+            if secret:
+                text = text.replace(secret, "***")
+    return text
 
 
 def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:

@@ -111,6 +111,16 @@ def test_malformed_url_error_free_of_the_password():
     with pytest.raises(Exception) as info:
         SqlQueueTransport.from_url(f"postgresql:/postgres:{secret}@127.0.0.1:5432/test")
     assert secret not in _all_text(info.value)
+    # a '://' inside the pasted password of such a URL is not where the scheme ends (found by the fuzz below)
+    head, tail = _secret(), _secret()
+    with pytest.raises(Exception, match="not a connection URL") as info:
+        SqlQueueTransport.from_url(f"postgresql:/postgres:{head}://{tail}@127.0.0.1:1/test")
+    assert head not in _all_text(info.value) and tail not in _all_text(info.value)
+    # brackets in a pasted password made urlsplit quote part of it in an IPv6 host error
+    for pasted in (f"{head}][{tail}", f"{head}[{tail}"):
+        with pytest.raises(Exception, match="percent-encode") as info:
+            SqlQueueTransport.from_url(f"postgresql://postgres:{pasted}@127.0.0.1:1/test")
+        assert head not in _all_text(info.value) and tail not in _all_text(info.value)
 
 
 URL_FORMS = [
