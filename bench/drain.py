@@ -2,7 +2,7 @@
 
 * handler (no-op) with concurrency 1 and 4: ``transport.process`` as ``SqlQueueDrainOperator(handler=...)``
   runs it (lock a batch of 100, handle each row, delete the batch, commit);
-* to Parquet: ``transport.drain`` with the operator's ``_ParquetTarget`` as the sink (one file per batch,
+* to Parquet: ``transport.drain`` with the operator's ``ParquetBatchWriter`` as the sink (one file per batch,
   written, fsync'ed and renamed before the receive commits).
 """
 
@@ -69,10 +69,10 @@ def baseline_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
 
 # -- Parquet path ----------------------------------------------------------------------------------------
 def parquet_sink(directory: Path) -> Callable[[list[Any]], int]:
-    """The drain operator's sink: ``_ParquetTarget.write`` of one file per batch."""
-    from airflow_sqlqueue.operators.sqlqueue import _ParquetTarget
+    """The drain operator's sink: ``ParquetBatchWriter.write`` of one file per batch."""
+    from airflow_sqlqueue.operators.parquet import ParquetBatchWriter
 
-    target = _ParquetTarget(str(directory))
+    target = ParquetBatchWriter(str(directory))
 
     def sink(messages: list[Any]) -> int:
         target.write(messages, f"bench-{uuid.uuid4().hex}.parquet")

@@ -273,18 +273,19 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 import tests.airflow_env  # noqa
 from airflow_sqlqueue.operators import sqlqueue as ops
+from airflow_sqlqueue.operators.parquet import ParquetBatchWriter
 
 when, kill_at = sys.argv[1], int(sys.argv[2])
 count = {{"n": 0}}
 if when == "before_commit":
-    original = ops._ParquetTarget.write
+    original = ParquetBatchWriter.write
     def write(self, messages, name):
         path = original(self, messages, name)
         count["n"] += 1
         if count["n"] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # the file is in place, the receive not committed
         return path
-    ops._ParquetTarget.write = write
+    ParquetBatchWriter.write = write
 elif when == "after_commit":
     from contextlib import contextmanager
     from airflow_sqlqueue.transport.transport import SqlQueueTransport

@@ -1,7 +1,7 @@
 """The PySpark job on ``local[2]``: typed header columns, decoded bodies, deduplication, partitioning, summary;
 the job through ``SparkSubmitOperator`` in ``dag.test()``; and ``sqlqueue demo`` end to end.
 
-Batches are Parquet files in the drain operator's own schema (``_parquet_schema``), written with chosen
+Batches are Parquet files in the drain operator's own schema (``batch_schema``), written with chosen
 ``received_at`` times so that latencies are exact. One Spark session serves the whole module.
 """
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_sqlqueue.operators.sqlqueue import _parquet_schema
+from airflow_sqlqueue.operators.parquet import batch_schema
 from airflow_sqlqueue.spark import columns
 from airflow_sqlqueue.spark.job import run
 from airflow_sqlqueue.spark.summary import read_summary
@@ -70,7 +70,7 @@ def write_batch(folder: Path, rows: list[dict[str, Any]], name: str | None = Non
     """A batch file in the drain's Parquet schema."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (name or f"batch-{uuid.uuid4().hex}.parquet")
-    pq.write_table(pa.Table.from_pylist(rows, schema=_parquet_schema()), path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=batch_schema()), path)
     return str(path)
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import ast
 import base64
 import json
-import os
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -33,6 +32,8 @@ from airflow_sqlqueue.transport import (
 )
 from airflow_sqlqueue.transport.error_queue import failure_selector
 from airflow_sqlqueue.transport.validation import check_count, check_seconds
+
+from .parquet import ParquetBatchWriter
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -354,7 +355,7 @@ class SqlQueueDrainOperator(BaseOperator):
 
     # -- Parquet files -----------------------------------------------------------------------------------
     def _drain_to_parquet(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[str]:
-        target = _ParquetTarget(self.output_path)
+        target = ParquetBatchWriter(self.output_path)
         tag = f"{_safe_name(transport.name(self.queue_name))}-{_safe_name(str(context.get('run_id') or 'manual'))}"
 
         def sink(messages: list[ReceivedMessage]) -> int:
@@ -381,71 +382,6 @@ class SqlQueueDrainOperator(BaseOperator):
         if ti is not None:  # always there in a task run; absent when execute() is called directly
             ti.xcom_push(key=DRAIN_SUMMARY_KEY, value=summary.as_dict())
         return summary.delivered
-
-
-def _parquet_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([("id", pa.string()), ("seq", pa.int64()), ("queue", pa.string()), ("headers", pa.string()),
-                      ("body", pa.binary()), ("received_at", pa.timestamp("us", tz="UTC"))])
-
-
-class _ParquetTarget:
-    """Where drained batches go: a local directory (atomic rename) or an object store (one PUT per file)."""
-
-    def __init__(self, output_path: Any) -> None:
-        text = str(output_path)
-        self.local: str | None = None
-        self.remote: Any = None
-        protocol = getattr(output_path, "protocol", None)
-        if protocol is not None and protocol not in ("file", "local"):
-            self.remote = output_path
-        elif "://" in text and not text.startswith("file://"):
-            from airflow.sdk import ObjectStoragePath
-
-            self.remote = ObjectStoragePath(text)
-        else:
-            path = getattr(output_path, "path", None) if protocol is not None else None
-            self.local = os.path.abspath(path or (text[len("file://"):] if text.startswith("file://") else text))
-
-    def __str__(self) -> str:
-        return self.local or str(self.remote)
-
-    def write(self, messages: list[ReceivedMessage], name: str) -> str:
-        """Write one batch as a complete file under ``name``; return its path (never overwrites)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        now = datetime.now(timezone.utc)
-        table = pa.table({
-            "id": [str(m.id) for m in messages],
-            "seq": [m.seq for m in messages],
-            "queue": [m.queue for m in messages],
-            "headers": [json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")) for m in messages],
-            "body": [m.body for m in messages],
-            "received_at": [now] * len(messages),
-        }, schema=_parquet_schema())
-        if self.remote is not None:
-            sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
-            final = self.remote / name
-            final.write_bytes(sink.getvalue().to_pybytes())
-            return str(final)
-        assert self.local is not None
-        os.makedirs(self.local, exist_ok=True)
-        final_path = os.path.join(self.local, name)
-        temp = os.path.join(self.local, f".{name}.tmp")
-        with open(temp, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, final_path)
-        directory = os.open(self.local, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-        return final_path
 
 
 # -- send ----------------------------------------------------------------------------------------------

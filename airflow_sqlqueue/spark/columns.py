@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 
 from airflow_sqlqueue.transport import headers as h
 
-#: The columns of a drained batch (see ``_parquet_schema`` in ``airflow_sqlqueue.operators.sqlqueue``).
+#: The columns of a drained batch (see ``batch_schema`` in ``airflow_sqlqueue.operators.parquet``).
 INPUT_SCHEMA = StructType([
     StructField("id", StringType()),
     StructField("seq", LongType()),

@@ -1,0 +1,81 @@
+"""Drained batches as Parquet files: the drain operator's ``output_path`` and the input of the Spark job.
+
+A local directory gets each file written under a hidden name, fsync'ed, renamed into place and the directory
+fsync'ed; an object store (``s3://...``, an ``ObjectStoragePath``) gets one complete PUT per file. Either way a
+file is whole or absent, and is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_sqlqueue.transport import ReceivedMessage
+
+
+def batch_schema() -> Any:
+    """The columns of a drained batch: id, seq, queue, headers (JSON text), body (binary), received_at (UTC)."""
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.string()), ("seq", pa.int64()), ("queue", pa.string()), ("headers", pa.string()),
+                      ("body", pa.binary()), ("received_at", pa.timestamp("us", tz="UTC"))])
+
+
+class ParquetBatchWriter:
+    """Where drained batches go: a local directory (atomic rename) or an object store (one PUT per file)."""
+
+    def __init__(self, output_path: Any) -> None:
+        text = str(output_path)
+        self.local: str | None = None
+        self.remote: Any = None
+        protocol = getattr(output_path, "protocol", None)
+        if protocol is not None and protocol not in ("file", "local"):
+            self.remote = output_path
+        elif "://" in text and not text.startswith("file://"):
+            from airflow.sdk import ObjectStoragePath
+
+            self.remote = ObjectStoragePath(text)
+        else:
+            path = getattr(output_path, "path", None) if protocol is not None else None
+            self.local = os.path.abspath(path or (text[len("file://"):] if text.startswith("file://") else text))
+
+    def __str__(self) -> str:
+        return self.local or str(self.remote)
+
+    def write(self, messages: list[ReceivedMessage], name: str) -> str:
+        """Write one batch as a complete file under ``name``; return its path (never overwrites)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        now = datetime.now(timezone.utc)
+        table = pa.table({
+            "id": [str(m.id) for m in messages],
+            "seq": [m.seq for m in messages],
+            "queue": [m.queue for m in messages],
+            "headers": [json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")) for m in messages],
+            "body": [m.body for m in messages],
+            "received_at": [now] * len(messages),
+        }, schema=batch_schema())
+        if self.remote is not None:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            final = self.remote / name
+            final.write_bytes(sink.getvalue().to_pybytes())
+            return str(final)
+        assert self.local is not None
+        os.makedirs(self.local, exist_ok=True)
+        final_path = os.path.join(self.local, name)
+        temp = os.path.join(self.local, f".{name}.tmp")
+        with open(temp, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, final_path)
+        directory = os.open(self.local, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        return final_path
