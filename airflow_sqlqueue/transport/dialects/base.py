@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..address import QueueAddress
 from ..errors import UnsupportedConnectionError
@@ -22,9 +22,8 @@ DRIVER_DIALECTS = {"sqlite3": "sqlite", "psycopg": "postgres", "psycopg2": "post
                    "_mssql": "mssql", "pyodbc": "mssql"}
 
 
-@dataclass(frozen=True)
-class RawRow:
-    """A queue row as the database returned it (headers not parsed yet)."""
+class RawRow(NamedTuple):
+    """A queue row as the database returned it (headers not parsed yet). A tuple: one is made per row received."""
 
     id: uuid.UUID
     seq: int
