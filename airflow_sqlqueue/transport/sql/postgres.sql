@@ -111,9 +111,11 @@ DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
 
 -- peek --
 -- Depth estimate: newest minus oldest position + 1, skipping rows held by receivers (index-only, O(1)).
+-- The row locks make this a write transaction; its commit need not wait for the WAL flush (nothing to keep).
 SELECT COALESCE(
     (SELECT seq FROM {queue} ORDER BY seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
-  - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0)
+  - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0),
+  set_config('synchronous_commit', 'off', true)
 
 -- head_headers --
 -- Headers of the oldest row (its TimeSent gives the age of the queue).
