@@ -70,15 +70,18 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
         f"unsupported URL scheme {scheme!r} in {redact(url)}; use one of: {', '.join(SCHEMES)}")
 
 
-def _scrubbed(exc: Exception, url: str) -> str:
-    """An error's text with the URL's password (as written, and decoded) blanked."""
-    text = str(exc)
-    span = _password_span(url)
-    if span is not None:
-        for secret in (url[span[0]:span[1]], unquote(url[span[0]:span[1]])):
-            if secret:
-                text = text.replace(secret, "***")
+def _blanked(text: str, password: str | None) -> str:
+    """``text`` with ``password`` blanked, as written and percent-decoded."""
+    for secret in (password, unquote(password or "")):
+        if secret:
+            text = text.replace(secret, "***")
     return text
+
+
+def _scrubbed(exc: Exception, url: str) -> str:
+    """An error's text with the URL's password blanked."""
+    span = _password_span(url)
+    return _blanked(str(exc), None if span is None else url[span[0]:span[1]])
 
 
 def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:
@@ -97,9 +100,7 @@ def guard_connect(open_connection: Callable[[], Any], where: str, password: str 
             raise
         except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            for secret in (password, unquote(password or "")):
-                if secret:
-                    text = text.replace(secret, "***")
+            text = _blanked(text, password)
             raise DatabaseConnectionError(f"cannot connect to {where}: {text}") from None
 
     return connect
