@@ -45,6 +45,20 @@ TERMINATIONS = 5
 CLOSED_PORT_URL = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
 
 
+class StoringSink:
+    """A drain sink that keeps the body of every message it is given (the outage tests' durable store)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, messages) -> int:
+        time.sleep(0.002)  # a store takes a moment: terminations land mid-batch
+        with self._lock:
+            self.bodies.extend(m.body for m in messages)
+        return len(messages)
+
+
 class RecordingBreaker(CircuitBreaker):
     """The real breaker, with a record of what it was told."""
 
@@ -147,14 +161,8 @@ def test_terminated_backends_while_draining(queues):
     q = queues.q("orders")
     sent = fill(queues, q, OUTAGE_MESSAGES)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
-    stored: list[bytes] = []
-    lock = threading.Lock()
-
-    def sink(messages):
-        time.sleep(0.002)
-        with lock:
-            stored.extend(m.body for m in messages)
-        return len(messages)
+    sink = StoringSink()
+    stored = sink.bodies
 
     breaker = RecordingBreaker(t.name(q))
 
@@ -195,14 +203,8 @@ def test_restart_while_draining(queues):
         return psycopg.connect(with_application_name(queues.url, app), autocommit=False)
 
     t = SqlQueueTransport(guard_connect(connect, "the test server", None), "postgres", error_queue=queues.q("error"))
-    stored: list[bytes] = []
-    lock = threading.Lock()
-
-    def sink(messages):
-        time.sleep(0.002)
-        with lock:
-            stored.extend(m.body for m in messages)
-        return len(messages)
+    sink = StoringSink()
+    stored = sink.bodies
 
     breaker = RecordingBreaker(t.name(q))
     try:
