@@ -447,7 +447,7 @@ def test_empty_headers_are_not_poison(queues, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_delayed_message_forwarded_by_the_pump(queues, mode):
-    t = queues.transport
+    t = queues.new_transport(forward_to=[queues.q("replies")])  # the endpoint forwards for replies
     t.send(queues.q("replies"), OutgoingMessage(b"fwd", delay=0.001), endpoint=queues.q("orders"))
     time.sleep(0.05)
     assert t.move_due_delayed(queues.q("orders")) == 1
@@ -455,6 +455,7 @@ def test_delayed_message_forwarded_by_the_pump(queues, mode):
     assert summary.forwarded == 1
     [(_, headers, body)] = rows(queues, "replies")
     assert body == b"fwd" and h.FORWARD_DESTINATION not in h.parse_headers(headers)
+    t.close()
 
 
 # -- arguments -------------------------------------------------------------------------------------

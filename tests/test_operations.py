@@ -126,7 +126,8 @@ def test_bodies_intact(queues, body):
     t, q = queues.transport, queues.q("orders")
     t.send(q, OutgoingMessage(body))
     [message] = t.receive(q)
-    assert message.body == body
+    # a body of None is written as empty bytes: a NULL body stops .NET PostgreSQL receivers and ServiceControl
+    assert message.body == (b"" if body is None else body)
     assert rows(queues, "orders") == []
 
 
@@ -440,8 +441,8 @@ def test_delayed_move_in_batches(queues):
 
 
 def test_delayed_message_forwarded_to_its_destination(queues):
-    t = queues.transport
     endpoint, destination = queues.q("orders"), queues.q("replies")
+    t = queues.new_transport(forward_to=[destination])  # the endpoint forwards for replies
     t.send(destination, OutgoingMessage(b"for B", {"k": "v"}, delay=0.001), endpoint=endpoint)
     assert count(queues, "orders", delayed=True) == 1
     time.sleep(0.05)
@@ -453,6 +454,7 @@ def test_delayed_message_forwarded_to_its_destination(queues):
     assert message.body == b"for B"
     assert message.headers == {"k": "v"}
     assert count(queues, "orders") == 0
+    t.close()
 
 
 def test_delayed_without_delayed_table_changes_nothing(queues):

@@ -1,11 +1,14 @@
 """Core transport for SQL queue tables (no Airflow import): usable from scripts, the CLI and tests."""
 
 from .address import QueueAddress
+from .claim import Claim
 from .dialects import Finding, RawRow, get_dialect
 from .drain import DrainSummary
 from .errors import (
     CircuitBreakerOpenError,
     CrossDatabaseTransactionError,
+    DatabaseConnectionError,
+    ForwardRefusedError,
     InvalidAddressError,
     InvalidMessageError,
     PermissionDeniedError,
@@ -16,13 +19,17 @@ from .errors import (
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .pump import HandlerContext, ProcessSummary
-from .transport import ReceivedBatch, ReceiveStats, SqlQueueTransport, ddl_script
+from .queue import ReceiveStats
+from .transport import ReceivedBatch, SqlQueueTransport, ddl_script
 
 __all__ = [
     "CircuitBreakerOpenError",
+    "Claim",
     "CrossDatabaseTransactionError",
+    "DatabaseConnectionError",
     "DrainSummary",
     "Finding",
+    "ForwardRefusedError",
     "HandlerContext",
     "InvalidAddressError",
     "InvalidMessageError",

@@ -8,14 +8,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .errors import SqlQueueError, UnsupportedConnectionError
+from .errors import DatabaseConnectionError, SqlQueueError, UnsupportedConnectionError
 
 SCHEMES = ("sqlite:///path.db", "postgresql://user:pass@host:5432/db", "mssql+pymssql://user:pass@host:1433/db",
            "mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS")
-
-
-class DatabaseConnectionError(SqlQueueError):
-    """The database could not be reached (message free of secrets)."""
 
 
 _QUERY_PASSWORD = re.compile(r"(?i)([?&;](?:password|pwd)=)[^&;#]*")

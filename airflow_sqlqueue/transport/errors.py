@@ -33,3 +33,16 @@ class CrossDatabaseTransactionError(SqlQueueError):
 
 class CircuitBreakerOpenError(SqlQueueError):
     """Receiving kept failing for longer than the circuit breaker allows."""
+
+
+class DatabaseConnectionError(SqlQueueError):
+    """The database could not be reached (the message is free of secrets)."""
+
+
+class RejectedMessageError(SqlQueueError):
+    """A consumer refused a message (e.g. an Airflow trigger's ``reject``): it goes to the error queue."""
+
+
+class ForwardRefusedError(SqlQueueError):
+    """A row's ``NServiceBus.SqlServer.ForwardDestination`` names a queue it may not be forwarded to, or one that
+    does not exist: the row goes to the error queue with this reason."""

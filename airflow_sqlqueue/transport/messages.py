@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from .errors import InvalidMessageError
 from .headers import MESSAGE_ID, serialize_headers
@@ -76,22 +77,43 @@ class OutgoingMessage:
         return serialize_headers(self.headers), self.body_bytes(), ttbr, delay
 
 
-@dataclass(frozen=True)
 class ReceivedMessage:
     """A message taken from a queue.
 
-    :param id: the native message id (the table's Id column).
+    :param id: the native message id (the table's Id column), a ``uuid.UUID``. Given as the driver returned
+        it, it is parsed on first use; an id that is not a UUID (only SQLite's loose types allow one) reads
+        as a stable UUID derived from its text, and ``native_id`` keeps the text as stored.
     :param headers: parsed headers.
     :param body: raw body bytes (None when the column was NULL).
     :param seq: the row's RowVersion / seq (FIFO position).
     :param queue: canonical address text of the queue it came from.
+    :param headers_text: the Headers column as stored (None when not known).
     """
 
-    id: uuid.UUID
-    headers: dict[str, str | None]
-    body: bytes | None
-    seq: int
-    queue: str = ""
+    __slots__ = ("_id", "headers", "body", "seq", "queue", "headers_text")
+    __hash__ = None  # type: ignore[assignment]  # headers are a dict: messages are not hashable
+
+    def __init__(self, id: Any, headers: dict[str, str | None], body: bytes | None, seq: int, queue: str = "",
+                 headers_text: str | None = None) -> None:
+        self._id = id
+        self.headers = headers
+        self.body = body
+        self.seq = seq
+        self.queue = queue
+        self.headers_text = headers_text
+
+    @property
+    def id(self) -> uuid.UUID:
+        """The native message id."""
+        value = self._id
+        if type(value) is not uuid.UUID:
+            value = self._id = native_uuid(value)
+        return value
+
+    @property
+    def native_id(self) -> Any:
+        """The Id column as the driver returned it (for writing the row back unchanged)."""
+        return self._id
 
     @property
     def message_id(self) -> str:
@@ -101,3 +123,34 @@ class ReceivedMessage:
     def body_text(self, errors: str = "strict") -> str:
         """The body decoded as UTF-8."""
         return (self.body or b"").decode("utf-8", errors)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedMessage):
+            return NotImplemented
+        return (self.id, self.headers, self.body, self.seq, self.queue) == \
+            (other.id, other.headers, other.body, other.seq, other.queue)
+
+    def __repr__(self) -> str:
+        size = None if self.body is None else len(self.body)
+        return f"ReceivedMessage(id={self.id}, seq={self.seq}, queue={self.queue!r}, body_size={size})"
+
+
+#: Namespace of the UUIDs derived from native ids that are not UUIDs.
+NATIVE_ID_NAMESPACE = uuid.UUID("6f1d2a0e-5c3b-4f7a-9d8e-1b2c3d4e5f60")
+
+
+def native_uuid(value: Any) -> uuid.UUID:
+    """A native id as a UUID: text, SQL Server's 16 mixed-endian bytes, or a UUID. Anything else (a loose SQLite
+    value) maps to a stable UUID derived from its text."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        if len(raw) == 16:
+            return uuid.UUID(bytes_le=raw)
+        value = raw.decode("utf-8", "backslashreplace")
+    text = "" if value is None else str(value)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return uuid.uuid5(NATIVE_ID_NAMESPACE, repr(value))

@@ -1,4 +1,4 @@
-"""The receive loop shared by handler processing and draining: bounded concurrency, budget, retries."""
+"""The receive loop shared by handler processing and draining: bounded concurrency, a budget, retries."""
 
 from __future__ import annotations
 
@@ -7,32 +7,30 @@ import threading
 import time
 from collections.abc import Callable
 
-from .circuit_breaker import CircuitBreaker
-from .connect import DatabaseConnectionError
-from .dialects import Dialect
+from .session import RetryPolicy
 from .validation import check_count, check_seconds
 
 log = logging.getLogger(__name__)
-DEADLOCK_RETRIES = 5
 
 #: One receive transaction of up to n rows; returns (rows that count against the budget, rows taken).
 BatchFunction = Callable[[int], tuple[int, int]]
+#: Pause of a receiver that found the queue empty while another batch may still put rows back.
+IDLE_PAUSE = 0.05
 
 
 class ReceiverLoop:
     """Runs ``one_batch`` from ``concurrency`` threads until ``max_messages`` count, ``max_duration`` passes,
     or a batch finds the queue empty.
 
-    A deadlock rolls the batch back and is retried (``DEADLOCK_RETRIES`` in a row at most); a lost connection
-    is retried after the circuit breaker's delay, and raises once the breaker triggers. Any other error stops
-    every receiver and is raised.
+    Every failure goes to the retry policy: deadlocks are retried (a few in a row at most), a lost connection
+    after the circuit breaker's delay until the breaker triggers; anything else stops every receiver and is
+    raised.
     """
 
-    def __init__(self, dialect: Dialect, breaker: CircuitBreaker, *, batch_size: int, concurrency: int) -> None:
+    def __init__(self, retry: RetryPolicy, *, batch_size: int, concurrency: int) -> None:
         check_count(batch_size, "batch_size")
         check_count(concurrency, "concurrency")
-        self.dialect = dialect
-        self.breaker = breaker
+        self.retry = retry
         self.batch_size = batch_size
         self.concurrency = concurrency
 
@@ -56,26 +54,22 @@ class ReceiverLoop:
                 return n
 
         def worker() -> None:
-            deadlocks = 0
+            failures = 0
             try:
                 while (n := reserve()) > 0:
                     counted = taken = 0
                     try:
                         counted, taken = one_batch(n)
-                        self.breaker.success()
-                        deadlocks = 0
+                        failures = 0
+                        self.retry.succeeded()
                     except Exception as exc:
-                        if self.dialect.is_deadlock(exc):
-                            deadlocks += 1
-                            if deadlocks > DEADLOCK_RETRIES:
-                                raise
-                            log.warning("deadlock while receiving (%s); retrying", exc)
-                            taken = -1
-                        elif self.dialect.is_connection_lost(exc) or isinstance(exc, DatabaseConnectionError):
-                            taken = -1
-                            time.sleep(self.breaker.failure(exc))
-                        else:
+                        failures += 1
+                        pause = self.retry.delay(exc, failures)  # raises once the circuit breaker triggers
+                        if pause is None:
                             raise
+                        log.warning("receive failed (%s); retrying in %.2f s", exc, pause)
+                        time.sleep(pause)
+                        taken = -1
                     finally:
                         with lock:
                             state["reserved"] -= n
@@ -88,7 +82,7 @@ class ReceiverLoop:
                                 state["stop"] = True
                         if idle:
                             return
-                        time.sleep(0.05)
+                        time.sleep(IDLE_PAUSE)
             except BaseException as exc:  # surfaced to the caller after the other receivers stop
                 with lock:
                     state["stop"] = True

@@ -113,7 +113,7 @@ def test_bad_rows_moved_intact_and_the_queue_keeps_flowing(queues, how):
     for row_id, error_headers, body in errors:
         text, original_body = poison[row_id]
         parsed = h.parse_headers(error_headers)
-        assert body == original_body, "the body must be moved intact"
+        assert body == (b"" if original_body is None else original_body), "the body must be moved intact"
         assert parsed[h.RAW_HEADERS] == text, "the raw headers must be kept verbatim"
         assert set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS}
         assert parsed[h.FAILED_Q] == t.name(q)
@@ -140,14 +140,15 @@ def test_odd_row_whose_handler_fails_moves_intact_with_failure_headers(queues, k
     assert handled == [b"behind"] and result.failed == 1
     [(error_id, error_headers, error_body)] = error_rows(queues)
     parsed = h.parse_headers(error_headers)
-    assert (error_id, error_body) == (row_id, body)
+    # intact, except that no insert ever writes a NULL body (a .NET receiver and ServiceControl stop on one)
+    assert (error_id, error_body) == (row_id, b"" if body is None else body)
     assert FAILURE_NAMES <= set(parsed)
     original = h.parse_headers(text)
     assert {k: v for k, v in parsed.items() if k not in FAILURE_NAMES} == original
     # and the failed message goes back to its queue unchanged (minus the failure headers)
     assert t.retry_errors().total_returned == 1
     [back] = t.receive(q)
-    assert (back.id, back.body) == (row_id, body)
+    assert (back.id, back.body) == (row_id, b"" if body is None else body)
 
 
 HUGE_POISON = "x" * 2_000_000  # 2 MB of non-JSON: over the 1,000,000-character limit of headers on send

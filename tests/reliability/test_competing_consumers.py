@@ -22,7 +22,6 @@ import pytest
 from airflow_sqlqueue.transport import TransactionMode
 from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.failures import FailureInfoStorage
-from airflow_sqlqueue.transport.pump import MessagePump
 
 from .helpers import MESSAGES, SEED, bodies, count, duplicates, error_rows, fill, lost, summary
 from .workers import ALWAYS_FAILS_EVERY, CountingHandler, InjectedFailure, process_in_child, should_fail
@@ -172,7 +171,7 @@ def test_threads_with_failing_handlers_lose_nothing(queues, mode):
     sent = fill(queues, q, MESSAGES)
     handler = CountingHandler(queues.q("replies"), FAIL_RATE, SEED)
     failures = FailureInfoStorage(max_entries=MESSAGES)
-    MessagePump(t, t.address(q), handler, mode, batch_size=50, concurrency=THREADS, immediate_retries=RETRIES,
+    t.pump(q, handler, mode=mode, batch_size=50, concurrency=THREADS, immediate_retries=RETRIES,
                 failures=failures).run()
     figures = _check_outcome(queues, sent, handler.succeeded, handler.attempts, mode)
     # one process counts attempts per message exactly: the error queue holds exactly the predicted messages

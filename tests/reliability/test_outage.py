@@ -22,9 +22,8 @@ from airflow_sqlqueue.transport import CircuitBreakerOpenError, SqlQueueTranspor
 from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
 from airflow_sqlqueue.transport.connect import guard_connect
 from airflow_sqlqueue.transport.dialects import get_dialect
-from airflow_sqlqueue.transport.drain import drain
-from airflow_sqlqueue.transport.pump import MessagePump
 from airflow_sqlqueue.transport.receivers import ReceiverLoop
+from airflow_sqlqueue.transport.session import RetryPolicy
 
 from .helpers import (
     MESSAGES,
@@ -135,7 +134,7 @@ def test_terminated_backends_while_processing(queues):
             handled.append(message.body)
 
     breaker = RecordingBreaker(t.name(q))
-    pump = MessagePump(t, t.address(q), handler, TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=20,
+    pump = t.pump(q, handler, mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=20,
                        concurrency=4, immediate_retries=0, breaker=breaker)
     try:
         _, errors, terminated = _outage(queues, app, pump.run)
@@ -167,7 +166,7 @@ def test_terminated_backends_while_draining(queues):
     breaker = RecordingBreaker(t.name(q))
 
     def run():
-        drain(t, t.address(q), sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
+        t.drain(q, sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
               breaker=breaker)
 
     try:
@@ -208,8 +207,8 @@ def test_restart_while_draining(queues):
 
     breaker = RecordingBreaker(t.name(q))
     try:
-        _, errors, terminated = _outage(queues, app, lambda: drain(
-            t, t.address(q), sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
+        _, errors, terminated = _outage(queues, app, lambda: t.drain(
+            q, sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
             breaker=breaker), down=down, rounds_wanted=2)
         assert not errors, errors
     finally:
@@ -285,7 +284,7 @@ def test_receive_loop_sleeps_the_breaker_delays_then_raises(monkeypatch):
     clock = Clock()
     slept = _fake_sleep(monkeypatch, clock)
     breaker = CircuitBreaker("q", clock=clock)
-    loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
+    loop = ReceiverLoop(RetryPolicy(get_dialect("postgres"), breaker=breaker), batch_size=10, concurrency=1)
 
     def one_batch(n: int) -> tuple[int, int]:
         raise psycopg.OperationalError("server closed the connection unexpectedly")
@@ -299,7 +298,7 @@ def test_receive_loop_recovers_when_the_database_returns(monkeypatch):
     clock = Clock()
     slept = _fake_sleep(monkeypatch, clock)
     breaker = CircuitBreaker("q", clock=clock)
-    loop = ReceiverLoop(get_dialect("postgres"), breaker, batch_size=10, concurrency=1)
+    loop = ReceiverLoop(RetryPolicy(get_dialect("postgres"), breaker=breaker), batch_size=10, concurrency=1)
     outcomes = iter([psycopg.OperationalError("down")] * 12 + [(10, 10), (5, 5), (0, 0)])
 
     def one_batch(n: int) -> tuple[int, int]:
@@ -319,7 +318,7 @@ def test_refused_connections_back_off_until_the_breaker_triggers(monkeypatch):
     slept = _fake_sleep(monkeypatch, clock)
     transport = SqlQueueTransport.from_url(CLOSED_PORT_URL)
     breaker = CircuitBreaker(transport.name("orders"), clock=clock)
-    pump = MessagePump(transport, transport.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+    pump = transport.pump("orders", lambda m, c: None, mode=TransactionMode.RECEIVE_ONLY,
                        breaker=breaker)
     with pytest.raises(CircuitBreakerOpenError, match="failed for 30 s") as info:
         pump.run()
@@ -341,7 +340,7 @@ def test_refused_connections_with_on_critical_back_off_10s_once_triggered(monkey
         return original(exc)
 
     breaker.failure = failure
-    pump = MessagePump(transport, transport.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+    pump = transport.pump("orders", lambda m, c: None, mode=TransactionMode.RECEIVE_ONLY,
                        breaker=breaker)
     with pytest.raises(CircuitBreakerOpenError, match="the test stops here"):
         pump.run()
@@ -366,7 +365,7 @@ def test_process_survives_a_restart_window(queues, monkeypatch):
     clock = Clock()
     slept = _fake_sleep(monkeypatch, clock)
     breaker = CircuitBreaker("q", clock=clock)
-    pump = MessagePump(t, t.address(q), lambda m, c: handled.append(m.body), TransactionMode.RECEIVE_ONLY,
+    pump = t.pump(q, lambda m, c: handled.append(m.body), mode=TransactionMode.RECEIVE_ONLY,
                        breaker=breaker)
     try:
         pump.run()

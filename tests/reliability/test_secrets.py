@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
 from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
-from airflow_sqlqueue.transport.pump import MessagePump
 
 from .helpers import insert_raw
 from .workers import InjectedFailure
@@ -65,7 +64,7 @@ def test_closed_port_errors_and_logs_free_of_the_password(caplog):
     with SqlQueueTransport.from_url(url) as t:
         for operation in (lambda: t.send("orders", b"x"), lambda: t.peek("orders"), lambda: t.receive("orders"),
                           lambda: t.create_queue("orders"),
-                          lambda: MessagePump(t, t.address("orders"), lambda m, c: None, TransactionMode.RECEIVE_ONLY,
+                          lambda: t.pump("orders", lambda m, c: None, mode=TransactionMode.RECEIVE_ONLY,
                                               breaker=CircuitBreaker("orders", timeout=0.05, armed_delay=0.01,
                                                                      triggered_delay=0.01)).run()):
             with pytest.raises(Exception) as info:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from .base import Dialect, Finding, RawRow
+from .mssql import MssqlDialect
+from .postgres import PostgresDialect
+from .sqlite import SqliteDialect
 
 DIALECT_NAMES = ("mssql", "postgres", "sqlite")
 
@@ -14,16 +17,10 @@ def get_dialect(name: str, paramstyle: str | None = None, default_catalog: str |
     """
     key = {"postgresql": "postgres", "sqlserver": "mssql", "sqlite3": "sqlite"}.get(name, name)
     if key == "postgres":
-        from .postgres import PostgresDialect
-
         return PostgresDialect(paramstyle or "pyformat")
     if key == "sqlite":
-        from .sqlite import SqliteDialect
-
         return SqliteDialect(paramstyle or "named")
     if key == "mssql":
-        from .mssql import MssqlDialect
-
         return MssqlDialect(paramstyle or "pyformat", default_catalog=default_catalog)
     raise ValueError(f"unknown dialect {name!r}; choose one of {', '.join(DIALECT_NAMES)}")
 

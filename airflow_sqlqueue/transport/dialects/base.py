@@ -66,6 +66,8 @@ class Dialect:
     rights_hint: str = "Sending and receiving need SELECT, INSERT and DELETE on the queue tables."
     #: One writer at a time (SQLite): a second connection cannot write while a receive is open.
     single_writer: bool = False
+    #: Columns hold values of any type whatever their declared type (SQLite): rows are read defensively.
+    loose_types: bool = False
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle

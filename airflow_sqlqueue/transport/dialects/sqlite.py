@@ -19,6 +19,7 @@ class SqliteDialect(Dialect):
     sql_file = "sqlite.sql"
     queue_ddl = ("create_queue_table", "create_queue_expires_index")
     single_writer = True
+    loose_types = True
 
     def __init__(self, paramstyle: str = "named") -> None:
         super().__init__(paramstyle)

@@ -1,0 +1,307 @@
+"""One object per queue table: lock or take batches, sort rows out, dead-letter, forward, insert.
+
+``TableQueue`` is what NServiceBus.SqlServer calls a TableBasedQueue: every statement about one queue table
+goes through it, always inside a transaction the caller holds (a cursor). ``QueueBook`` parses addresses and
+keeps one ``TableQueue`` per table, the error queue and the forwarding rules of the transport.
+
+Rows are input from other systems: whatever a row holds, ``sort_out`` either returns it as a message or settles
+it (dropped when expired, moved to the error queue when it cannot be read or may not be forwarded, forwarded when
+it names another queue it may go to). Nothing in a row can make the batch fail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from . import headers as h
+from .address import QueueAddress
+from .dialects import Dialect
+from .errors import ForwardRefusedError, InvalidAddressError, QueueNotFoundError
+from .failures import PoisonMessageError, failure_headers
+from .headers import PoisonHeadersError, parse_headers
+from .messages import ReceivedMessage, native_uuid
+
+log = logging.getLogger(__name__)
+
+_json_loads = json.loads
+_STR_OR_NONE = {str, type(None)}
+_UUID = uuid.UUID
+_BYTES = bytes
+_STR = str
+_DICT = dict
+_seq_of = itemgetter(1)
+
+
+@dataclass
+class ReceiveStats:
+    """Rows a receive settled on its own: dropped as ``expired``, moved to the error queue as ``poison`` (headers
+    that cannot be read, a forward that is refused), or ``forwarded`` to the queue they name."""
+
+    expired: int = 0
+    poison: int = 0
+    forwarded: int = 0
+
+    @property
+    def settled(self) -> int:
+        return self.expired + self.poison + self.forwarded
+
+    def add(self, other: ReceiveStats) -> None:
+        self.expired += other.expired
+        self.poison += other.poison
+        self.forwarded += other.forwarded
+
+
+class TableQueue:
+    """Statements about one queue table. Every method takes the cursor of a transaction the caller holds.
+
+    :param dialect: the database's dialect.
+    :param address: the queue table.
+    :param book: the transport's address book (error queue, forwarding rules, existence cache).
+    """
+
+    def __init__(self, dialect: Dialect, address: QueueAddress, book: QueueBook) -> None:
+        self.dialect = dialect
+        self.address = address
+        self.book = book
+        self.name = dialect.format_address(address)
+        self.ids = dialect.identifiers(address)
+
+    def __repr__(self) -> str:
+        return f"TableQueue({self.name!r})"
+
+    # -- taking rows -------------------------------------------------------------------------------
+    def lock(self, cursor: Any, count: int) -> list[Sequence[Any]]:
+        """Lock up to ``count`` of the oldest rows no other receiver holds (held until the transaction ends)."""
+        return self._rows(cursor, "lock_batch", count)
+
+    def take(self, cursor: Any, count: int) -> list[Sequence[Any]]:
+        """Delete up to ``count`` of the oldest rows no other receiver holds and return them."""
+        return self._rows(cursor, "receive_batch", count)
+
+    def _rows(self, cursor: Any, statement: str, count: int) -> list[Sequence[Any]]:
+        rows = self.dialect.execute(cursor, statement, {"batch_size": count}, **self.ids).fetchall()
+        if len(rows) > 1:
+            rows.sort(key=_seq_of)
+        return rows
+
+    def delete(self, cursor: Any, seqs: list[int]) -> None:
+        """Delete the rows at these positions (rows this transaction holds) in one statement."""
+        if len(seqs) == 1:
+            self.dialect.execute(cursor, "delete_by_seq", {"seq": seqs[0]}, **self.ids)
+        elif seqs:
+            self.dialect.delete_seqs(cursor, self.address, seqs)
+
+    # -- sorting rows out --------------------------------------------------------------------------
+    def sort_out(self, cursor: Any, rows: list[Sequence[Any]], stats: ReceiveStats) -> tuple[list[ReceivedMessage],
+                                                                                             list[int]]:
+        """The messages among ``rows`` (FIFO), and the positions of the rows settled here (expired, poison, forwarded).
+
+        The common row (a JSON object of strings, not expired, no forward header, a UUID id and bytes body) takes
+        the fast path; anything else is decided by ``_unusual``.
+        """
+        messages: list[ReceivedMessage] = []
+        settled: list[int] = []
+        name = self.name
+        for row in rows:
+            raw_id, seq, expired, text, body = row
+            try:
+                headers = _json_loads(text)
+            except Exception:  # noqa: BLE001 - not JSON, not text, too deep: decided below
+                headers = None
+            if (type(headers) is not _DICT or expired or h.FORWARD_DESTINATION in headers
+                    or not set(map(type, headers.values())) <= _STR_OR_NONE or type(body) is not _BYTES
+                    or type(text) is not _STR):
+                message = self._unusual(cursor, row, stats)
+                if message is None:
+                    settled.append(seq)
+                else:
+                    messages.append(message)
+                continue
+            messages.append(ReceivedMessage(raw_id, headers, body, seq, name, text))
+        return messages, settled
+
+    def _unusual(self, cursor: Any, row: Sequence[Any], stats: ReceiveStats) -> ReceivedMessage | None:
+        """Decide a row the fast path did not take: a message, or None once it was settled here."""
+        raw_id, seq, expired, text, body = row
+        text = _as_text(text)
+        try:
+            headers = parse_headers(text)
+        except (PoisonHeadersError, ValueError, RecursionError, MemoryError) as exc:
+            # upstream parses before the expiry test: an expired poison row is still dead-lettered
+            self.dead_letter_raw(cursor, raw_id, text, body, PoisonMessageError(f"{exc}"))
+            stats.poison += 1
+            return None
+        if expired:
+            stats.expired += 1
+            return None
+        body = _as_body(body)
+        forward = headers.pop(h.FORWARD_DESTINATION, None)
+        if forward is not None:
+            target = self._forward_target(forward)
+            if isinstance(target, ForwardRefusedError):
+                self.dead_letter(cursor, raw_id, headers, body, target)
+                stats.poison += 1
+                return None
+            if target is not self:
+                refused = self._forward(cursor, target, raw_id, headers, body)
+                if refused is not None:
+                    self.dead_letter(cursor, raw_id, headers, body, refused)
+                    stats.poison += 1
+                else:
+                    stats.forwarded += 1
+                return None
+        return ReceivedMessage(raw_id, headers, body, int(seq), self.name, text)
+
+    # -- forwarding -------------------------------------------------------------------------------
+    def _forward_target(self, forward: Any) -> TableQueue | ForwardRefusedError:
+        """The queue a ForwardDestination names (this one when it names itself), or why it may not go there."""
+        if not isinstance(forward, str) or not forward.strip():
+            return ForwardRefusedError(f"{h.FORWARD_DESTINATION} is empty; the message cannot be forwarded")
+        try:
+            address = self.dialect.parse_address(forward)
+        except InvalidAddressError as exc:
+            return ForwardRefusedError(f"{h.FORWARD_DESTINATION} {forward!r} is not a queue address: {exc}")
+        if self.dialect.same_queue(address, self.address):
+            return self
+        if not self.book.may_forward(self, address):
+            return ForwardRefusedError(
+                f"{h.FORWARD_DESTINATION} names {forward!r}, which {self.name} does not forward to (it forwards "
+                "only to itself, the error queue and the queues given in forward_to=); the message was not sent on")
+        return self.book.queue(address)
+
+    def _forward(self, cursor: Any, target: TableQueue, raw_id: Any, headers: dict[str, str | None],
+                 body: bytes) -> ForwardRefusedError | None:
+        """Insert a forwarded message into ``target`` (same Id); why it could not, or None."""
+        if not self.book.exists(cursor, target):
+            return ForwardRefusedError(f"{h.FORWARD_DESTINATION} names {target.name!r}, which does not exist; "
+                                       "create that queue, then retry the message from the error queue")
+        savepoint = self.dialect.quote("sqlqueue_forward")
+        self.dialect.execute(cursor, "savepoint", None, savepoint=savepoint)
+        try:
+            target.insert(cursor, raw_id, h.serialize_headers(headers, limit=None), body)
+        except Exception as exc:  # noqa: BLE001 - the insert is undone; the row goes to the error queue instead
+            self.dialect.execute(cursor, "rollback_to_savepoint", None, savepoint=savepoint)
+            self.book.forget(target)
+            return ForwardRefusedError(f"forwarding to {target.name!r} failed: {_first_line(exc)}")
+        self.dialect.execute(cursor, "release_savepoint", None, savepoint=savepoint)
+        return None
+
+    # -- writing rows ------------------------------------------------------------------------------
+    def insert(self, cursor: Any, native_id: Any, headers_text: str, body: bytes | None) -> None:
+        """Insert a row as it is (Id given, no Expires). A NULL body is written as empty bytes: NULL stops a .NET
+        PostgreSQL receiver and ServiceControl's ingestion."""
+        self.dialect.execute(cursor, "insert_raw", {"id": _id_param(self.dialect, native_id), "headers": headers_text,
+                                                    "body": b"" if body is None else body}, **self.ids)
+
+    def dead_letter(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None,
+                    exc: BaseException) -> None:
+        """Copy a message into the error queue with the failure headers (same Id and body)."""
+        merged = {**headers, **failure_headers(self.name, exc)}
+        self.book.error.insert(cursor, native_id, h.serialize_headers(merged, limit=None), body)
+
+    def dead_letter_raw(self, cursor: Any, native_id: Any, text: str | None, body: Any, exc: BaseException) -> None:
+        """Copy a row whose headers cannot be read into the error queue, keeping their text under a header."""
+        headers = {**failure_headers(self.name, exc), h.RAW_HEADERS: "" if text is None else text}
+        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), _as_body(body))
+
+
+class QueueBook:
+    """The queues of one transport: addresses parsed once, one ``TableQueue`` per table, the error queue, which
+    queues a receiver may forward to, and which tables are known to exist.
+
+    :param dialect: the database's dialect.
+    :param error_queue: where poison rows and failed messages go.
+    :param forward_to: queues any receiver of this transport may forward a message to (besides itself and the
+        error queue) when a row's ``NServiceBus.SqlServer.ForwardDestination`` names them.
+    """
+
+    def __init__(self, dialect: Dialect, error_queue: str | QueueAddress, forward_to: Iterable[str] = ()) -> None:
+        self.dialect = dialect
+        self._queues: dict[QueueAddress, TableQueue] = {}
+        self._existing: set[QueueAddress] = set()
+        self._lock = threading.Lock()
+        self.error = self.queue(error_queue)
+        self.forward_to = tuple(self.address(q) for q in forward_to)
+
+    def address(self, queue: str | QueueAddress) -> QueueAddress:
+        """Parse and validate a queue address for this dialect."""
+        return self.dialect.parse_address(queue)
+
+    def queue(self, queue: str | QueueAddress | TableQueue) -> TableQueue:
+        """The ``TableQueue`` of a queue (made once per table)."""
+        if isinstance(queue, TableQueue):
+            return queue
+        address = self.address(queue)
+        found = self._queues.get(address)
+        if found is None:
+            with self._lock:
+                found = self._queues.setdefault(address, TableQueue(self.dialect, address, self))
+        return found
+
+    def may_forward(self, source: TableQueue, target: QueueAddress) -> bool:
+        """Whether ``source`` may forward a message to ``target`` (itself, the error queue, or ``forward_to``)."""
+        same = self.dialect.same_queue
+        return (same(target, source.address) or same(target, self.error.address)
+                or any(same(target, allowed) for allowed in self.forward_to))
+
+    def exists(self, cursor: Any, queue: TableQueue) -> bool:
+        """Whether the queue's table exists (checked on ``cursor``; positive answers are kept)."""
+        if queue.address in self._existing:
+            return True
+        if self.dialect.table_exists(cursor, queue.address):
+            self._existing.add(queue.address)
+            return True
+        return False
+
+    def require(self, cursor: Any, queue: str | QueueAddress | TableQueue) -> TableQueue:
+        """The queue, or QueueNotFoundError when its table does not exist."""
+        table = self.queue(queue)
+        if not self.exists(cursor, table):
+            raise QueueNotFoundError(f"queue {table.name!r} does not exist; create it with `sqlqueue create` or "
+                                     "SqlQueueTransport.create_queue()")
+        return table
+
+    def forget(self, queue: TableQueue) -> None:
+        """Check the queue's existence again next time (after a statement on it failed)."""
+        self._existing.discard(queue.address)
+
+
+def _as_text(value: Any) -> str | None:
+    """Headers as text, whatever the column held (bytes that are not UTF-8 keep their bytes as escapes)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def _as_body(value: Any) -> bytes | None:
+    """A body as bytes, whatever the column held: text as UTF-8, a number as its text (never that many zeros)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return str(value).encode("utf-8")
+
+
+def _id_param(dialect: Dialect, native_id: Any) -> Any:
+    """A native id for an insert: a UUID as the dialect binds it; a loose SQLite id as it was (NULL: a new UUID)."""
+    if isinstance(native_id, uuid.UUID):
+        return dialect.id_param(native_id)
+    if dialect.loose_types and native_id is not None:
+        return native_id  # SQLite keeps whatever the row held
+    return dialect.id_param(native_uuid(native_id) if native_id is not None else uuid.uuid4())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

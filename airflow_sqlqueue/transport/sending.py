@@ -1,0 +1,95 @@
+"""Outgoing messages to rows: checked, given their native Ids, and written with as few statements as possible.
+
+Every send path (``SqlQueueTransport.send``/``send_many``, sends made by handlers in every transaction mode,
+the operators and the command line) goes through ``Outbox.prepare`` and ``Outbox.write``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import headers as h
+from .messages import OutgoingMessage
+from .queue import QueueBook, TableQueue
+
+_uuid4 = uuid.uuid4
+
+
+@dataclass
+class PreparedSend:
+    """Messages for one destination, checked and ready to write.
+
+    ``rows`` are immediate messages (``id``, ``headers``, ``body``, ``ttbr_ms``), ``delayed`` the ones that wait in
+    the ``.Delayed`` table of ``store`` (``headers`` with the forward destination, ``body``, ``delay_ms``).
+    """
+
+    queue: TableQueue
+    store: TableQueue
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    delayed: list[dict[str, Any]] = field(default_factory=list)
+    ids: list[uuid.UUID] = field(default_factory=list)
+
+
+class Outbox:
+    """Prepares and writes sends for the queues of one transport."""
+
+    def __init__(self, book: QueueBook) -> None:
+        self.book = book
+        self.dialect = book.dialect
+
+    def prepare(self, queue: str | TableQueue, messages: Iterable[OutgoingMessage | bytes | str], *,
+                endpoint: str | TableQueue | None = None) -> PreparedSend:
+        """Check every message (nothing is written when one is bad) and give immediate ones their native Id.
+
+        :param endpoint: for delayed messages, the endpoint whose ``.Delayed`` table stores them (default: the
+            destination queue itself).
+        """
+        target = self.book.queue(queue)
+        prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
+        id_param = self.dialect.id_param
+        rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
+        for item in messages:
+            message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
+            headers_text, body, ttbr_ms, delay_ms = message.validated()
+            if body is None:
+                body = b""  # a NULL body stops .NET PostgreSQL receivers and ServiceControl's import
+            if delay_ms is not None:
+                forward = {**message.headers, h.FORWARD_DESTINATION: target.name}
+                delayed.append({"headers": h.serialize_headers(forward), "body": body, "delay_ms": delay_ms})
+                continue
+            message_id = _uuid4()
+            ids.append(message_id)
+            rows.append({"id": id_param(message_id), "headers": headers_text, "body": body, "ttbr_ms": ttbr_ms})
+        return prepared
+
+    def write(self, cursor: Any, prepared: PreparedSend) -> list[uuid.UUID]:
+        """Write prepared messages in the transaction of ``cursor``: one statement for the immediate ones, one for
+        the delayed ones. Returns the native Ids of the immediate ones."""
+        if prepared.rows:
+            if len(prepared.rows) == 1:
+                self.dialect.execute(cursor, "send", prepared.rows[0], **prepared.queue.ids)
+            else:
+                self.dialect.send_many(cursor, prepared.queue.address, prepared.rows)
+        if prepared.delayed:
+            self.dialect.executemany(cursor, "send_delayed", prepared.delayed, **prepared.store.ids)
+        return prepared.ids
+
+    def write_delayed_copy(self, cursor: Any, queue: TableQueue, headers: dict[str, str | None], body: bytes | None,
+                           seconds: float) -> None:
+        """Store a received message in its own queue's ``.Delayed`` table, due in ``seconds`` (delayed retries).
+
+        Unlike a new send, no size limit applies: the message was accepted once already.
+        """
+        forward = {**headers, h.FORWARD_DESTINATION: queue.name}
+        self.dialect.execute(cursor, "send_delayed", {"headers": h.serialize_headers(forward, limit=None),
+                                                      "body": b"" if body is None else body,
+                                                      "delay_ms": max(1, round(seconds * 1000))}, **queue.ids)
+
+    def require_destinations(self, cursor: Any, prepared: PreparedSend) -> None:
+        """Raise QueueNotFoundError now if a destination (or the delayed table it needs) does not exist."""
+        self.book.require(cursor, prepared.queue)
+        if prepared.delayed:
+            self.book.require(cursor, self.dialect.delayed_address(prepared.store.address))

@@ -1,0 +1,262 @@
+"""Connections and transactions of one transport: a small pool, transactions, one retry policy, error explanation.
+
+Everything that talks to the database goes through a ``Session``: operations never open connections or
+transactions of their own, and every retry decision (deadlock, lost connection) is made by ``RetryPolicy``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from .circuit_breaker import CircuitBreaker
+from .dialects import Dialect
+from .errors import (
+    DatabaseConnectionError,
+    InvalidMessageError,
+    PermissionDeniedError,
+    QueueNotFoundError,
+    SqlQueueError,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Deadlocks (and lock timeouts) retried in a row before the error is raised.
+DEADLOCK_RETRIES = 5
+
+
+class RetryPolicy:
+    """Decides, for one failure, whether to try again and after how long; ``None`` means raise.
+
+    Deadlocks and lock timeouts are retried up to ``deadlocks`` times in a row with a short growing pause; they
+    are never counted as failures of a message. A lost connection is retried only when a circuit breaker is
+    given: it sets the pause (1 s while armed, 10 s once triggered) and raises once it triggers.
+    """
+
+    def __init__(self, dialect: Dialect, *, deadlocks: int = DEADLOCK_RETRIES,
+                 breaker: CircuitBreaker | None = None) -> None:
+        self.dialect = dialect
+        self.deadlocks = deadlocks
+        self.breaker = breaker
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A failure that may go away by itself: deadlock, lock timeout, lost or refused connection."""
+        return (self.dialect.is_deadlock(exc) or self.dialect.is_connection_lost(exc)
+                or isinstance(exc, DatabaseConnectionError))
+
+    def delay(self, exc: BaseException, failures: int) -> float | None:
+        """The pause before attempt ``failures + 1`` after ``exc`` (``failures`` in a row so far), or None."""
+        if self.dialect.is_deadlock(exc):
+            return 0.05 * failures if failures <= self.deadlocks else None
+        if self.breaker is not None and (self.dialect.is_connection_lost(exc)
+                                         or isinstance(exc, DatabaseConnectionError)):
+            return self.breaker.failure(exc)  # raises CircuitBreakerOpenError once it triggers
+        return None
+
+    def succeeded(self) -> None:
+        """An attempt worked: the breaker disarms."""
+        if self.breaker is not None:
+            self.breaker.success()
+
+    def call(self, attempt: Callable[[], T], what: str) -> T:
+        """Run ``attempt`` until it returns or fails in a way this policy does not retry."""
+        failures = 0
+        while True:
+            try:
+                result = attempt()
+            except Exception as exc:
+                failures += 1
+                pause = self.delay(exc, failures)
+                if pause is None:
+                    raise
+                kind = "deadlock in" if self.dialect.is_deadlock(exc) else "lost connection in"
+                log.warning("%s %s, retrying in %.2f s (%d): %s", kind, what or "transaction", pause, failures,
+                            _first_line(exc))
+                time.sleep(pause)
+                continue
+            self.succeeded()
+            return result
+
+
+class Session:
+    """The connections of one transport: a pool of configured DB-API connections and transactions on them.
+
+    A connection that failed in a way that may have left it unusable (lost, or a commit or rollback that
+    raised) is closed, never handed out again.
+    """
+
+    def __init__(self, connect: Callable[[], Any], dialect: Dialect, max_idle: int = 16) -> None:
+        self.dialect = dialect
+        self.retry = RetryPolicy(dialect)
+        self._connect = connect
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._max_idle = max_idle
+
+    # -- the pool -----------------------------------------------------------------------------------
+    def _new(self) -> Any:
+        connection = self._connect()
+        self.dialect.check_connection(connection)
+        self.dialect.configure(connection)
+        return connection
+
+    def checkout(self) -> Any:
+        """A configured connection from the pool (or a new one). Give it back with ``checkin``."""
+        with self._lock:
+            connection = self._idle.pop() if self._idle else None
+        return connection if connection is not None else self._new()
+
+    def checkin(self, connection: Any, healthy: bool = True) -> None:
+        """Return a connection to the pool, or close it when it is not ``healthy`` (or the pool is full)."""
+        if healthy:
+            with self._lock:
+                if len(self._idle) < self._max_idle:
+                    self._idle.append(connection)
+                    return
+        _close(connection)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A connection for the block, outside any transaction of ours (DDL, VACUUM, the dialect's own steps).
+
+        On an error the connection is rolled back; it is closed when that fails or the error broke it.
+        """
+        connection = self.checkout()
+        try:
+            yield connection
+        except BaseException as exc:
+            self.checkin(connection, isinstance(exc, Exception) and not self.dialect.is_connection_lost(exc)
+                         and _rolled_back(connection))
+            raise
+        self.checkin(connection)
+
+    # -- transactions -------------------------------------------------------------------------------
+    def begin(self, read_only: bool = False) -> Transaction:
+        """Open a transaction on a pooled connection; end it with ``commit`` or ``rollback``."""
+        connection = self.checkout()
+        try:
+            cursor = connection.cursor()
+            self.dialect.begin(cursor, read_only)
+        except BaseException:
+            self.checkin(connection, False)
+            raise
+        return Transaction(self, connection, cursor)
+
+    @contextmanager
+    def transaction(self, read_only: bool = False) -> Iterator[Any]:
+        """A cursor in one transaction: commit when the block ends, rollback on any error.
+
+        ``read_only`` work lets a single-writer database (SQLite) read beside an open write transaction.
+        """
+        tx = self.begin(read_only)
+        try:
+            yield tx.cursor
+        except BaseException as exc:
+            tx.rollback(exc)
+            raise
+        tx.commit()
+
+    def run(self, work: Callable[[Any], T], *, what: str = "", read_only: bool = False) -> T:
+        """Run ``work(cursor)`` in one transaction; deadlocks are retried, driver errors explained."""
+
+        def attempt() -> T:
+            with self.transaction(read_only) as cursor:
+                return work(cursor)
+
+        try:
+            return self.retry.call(attempt, what)
+        except Exception as exc:
+            explained = self.explain(exc, what)
+            if explained is exc:
+                raise
+            raise explained from exc
+
+    def explain(self, exc: Exception, what: str) -> Exception:
+        """A clear error for a driver error whose meaning is known (missing table, missing right), else ``exc``."""
+        if isinstance(exc, SqlQueueError | InvalidMessageError):
+            return exc
+        if self.dialect.is_missing_table(exc):
+            return QueueNotFoundError(
+                f"{what}: a queue table (or its schema) does not exist: {_first_line(exc)}. Create it with "
+                "`sqlqueue create QUEUE` or SqlQueueTransport.create_queue()")
+        if self.dialect.is_permission_denied(exc):
+            return PermissionDeniedError(f"{what}: the database user lacks a right: {_first_line(exc)}. "
+                                         f"{self.dialect.rights_hint}")
+        return exc
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            _close(connection)
+
+
+class Transaction:
+    """One open transaction on a pooled connection. Not thread-safe: one user at a time (``Claim`` locks)."""
+
+    __slots__ = ("session", "connection", "cursor", "open")
+
+    def __init__(self, session: Session, connection: Any, cursor: Any) -> None:
+        self.session = session
+        self.connection = connection
+        self.cursor = cursor
+        self.open = True
+
+    def commit(self) -> None:
+        """Commit and give the connection back; a commit that fails closes the connection and raises."""
+        if not self.open:
+            return
+        self.open = False
+        try:
+            self.connection.commit()
+        except BaseException:
+            _close_cursor(self.cursor)
+            self.session.checkin(self.connection, False)
+            raise
+        _close_cursor(self.cursor)
+        self.session.checkin(self.connection)
+
+    def rollback(self, cause: BaseException | None = None) -> None:
+        """Roll back and give the connection back; closed instead when the rollback fails or ``cause`` broke it."""
+        if not self.open:
+            return
+        self.open = False
+        _close_cursor(self.cursor)
+        healthy = _rolled_back(self.connection)
+        if cause is not None and (not isinstance(cause, Exception) or self.session.dialect.is_connection_lost(cause)):
+            healthy = False
+        self.session.checkin(self.connection, healthy)
+
+
+def _rolled_back(connection: Any) -> bool:
+    try:
+        connection.rollback()
+        return True
+    except Exception:  # noqa: BLE001 - the connection may be gone; the caller's error is what matters
+        log.debug("rollback failed; the connection is discarded", exc_info=True)
+        return False
+
+
+def _close_cursor(cursor: Any) -> None:
+    try:
+        cursor.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _close(connection: Any) -> None:
+    try:
+        connection.close()
+    except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to do
+        log.debug("closing a connection failed", exc_info=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,353 @@
+"""One receive strategy per transaction mode, and the send policy each gives the handler's sends.
+
+``strategy_for`` is the only place that reads a ``TransactionMode``:
+
+============================  =================  =====================================================
+mode                          strategy           sends made while handling
+============================  =================  =====================================================
+NONE                          ``AtMostOnce``     ``ImmediateSends``: each in its own short transaction
+RECEIVE_ONLY                  ``HeldBatch``      ``ImmediateSends`` (another connection, committed at once);
+                                                 on a single-writer database (SQLite) ``BufferedSends``
+                                                 keeping failed messages' sends, written in the receive
+                                                 transaction (a second connection cannot write meanwhile)
+SENDS_ATOMIC_WITH_RECEIVE     ``HeldBatch``      ``BufferedSends``: kept only when the handler succeeded,
+                                                 written in the receive transaction before it commits
+TRANSACTION_SCOPE             ``ScopedBatch``    ``EnlistedSends``: written at once in the receive
+                                                 transaction; the handler's own SQL joins it too
+============================  =================  =====================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .claim import Claim
+from .dialects import Dialect
+from .errors import CrossDatabaseTransactionError, SqlQueueError
+from .messages import OutgoingMessage, ReceivedMessage
+from .modes import TransactionMode
+from .queue import TableQueue
+from .recoverability import Action, Recoverability
+from .sending import Outbox, PreparedSend
+from .session import Session
+from .summaries import ProcessSummary
+
+log = logging.getLogger(__name__)
+Handler = Callable[[ReceivedMessage, "HandlerContext"], Any]
+
+
+# -- send policies ---------------------------------------------------------------------------------------
+class SendPolicy:
+    """How the sends a handler makes are written. One object per batch."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    def send(self, prepared: PreparedSend) -> None:
+        """A send the handler made (checked already)."""
+        raise NotImplementedError
+
+    def message_done(self, succeeded: bool) -> None:
+        """The handler of the current message returned (``succeeded``) or raised."""
+
+    def flush(self) -> None:
+        """The batch is about to commit: write what waits."""
+
+
+class ImmediateSends(SendPolicy):
+    """Each send committed at once in its own transaction, whatever happens to the message (ghost sends possible)."""
+
+    def __init__(self, outbox: Outbox, session: Session) -> None:
+        super().__init__(outbox)
+        self.session = session
+
+    def send(self, prepared: PreparedSend) -> None:
+        self.session.run(lambda cursor: self.outbox.write(cursor, prepared),
+                         what=f"send to {prepared.queue.name!r}")
+
+
+class BufferedSends(SendPolicy):
+    """Sends wait for the handler's outcome and are written in the receive transaction.
+
+    :param keep_failed: also keep the sends of a message whose handler failed (RECEIVE_ONLY on SQLite), written
+        as soon as the handler returns; otherwise they are dropped and the accepted ones written at ``flush``.
+    """
+
+    def __init__(self, outbox: Outbox, claim: Claim, keep_failed: bool) -> None:
+        super().__init__(outbox)
+        self.claim = claim
+        self.keep_failed = keep_failed
+        self._pending: list[PreparedSend] = []
+        self._accepted: list[PreparedSend] = []
+
+    def send(self, prepared: PreparedSend) -> None:
+        # written later: find a missing destination now, so that only this message fails
+        self.outbox.require_destinations(self.claim.cursor, prepared)
+        self._pending.append(prepared)
+
+    def message_done(self, succeeded: bool) -> None:
+        pending, self._pending = self._pending, []
+        if self.keep_failed:
+            self._write(pending)
+        elif succeeded:
+            self._accepted.extend(pending)
+
+    def flush(self) -> None:
+        accepted, self._accepted = self._accepted, []
+        self._write(accepted)
+
+    def _write(self, sends: list[PreparedSend]) -> None:
+        """One statement per destination (and one per delayed store) for the whole list."""
+        merged: dict[tuple[int, int], PreparedSend] = {}
+        for part in sends:
+            key = (id(part.queue), id(part.store))
+            into = merged.get(key)
+            if into is None:
+                merged[key] = PreparedSend(part.queue, part.store, list(part.rows), list(part.delayed), list(part.ids))
+            else:
+                into.rows.extend(part.rows)
+                into.delayed.extend(part.delayed)
+        for prepared in merged.values():
+            self.outbox.write(self.claim.cursor, prepared)
+
+
+class EnlistedSends(SendPolicy):
+    """Sends written at once in the receive transaction (undone with the handler's work when it fails)."""
+
+    def __init__(self, outbox: Outbox, claim: Claim) -> None:
+        super().__init__(outbox)
+        self.claim = claim
+
+    def send(self, prepared: PreparedSend) -> None:
+        own = getattr(self.outbox.dialect, "default_catalog", None)
+        catalog = prepared.queue.address.catalog
+        if catalog is not None and catalog != own:
+            raise CrossDatabaseTransactionError(
+                f"queue {prepared.queue.name!r} is in catalog {catalog!r}, another database than the receive "
+                "transaction's; TRANSACTION_SCOPE cannot span databases")
+        self.outbox.write(self.claim.cursor, prepared)
+
+
+# -- what a handler gets -----------------------------------------------------------------------------------
+class HandlerContext:
+    """What a handler gets besides the message: sends with the mode's atomicity, and in TRANSACTION_SCOPE the
+    receive transaction's connection.
+
+    ``send`` follows the mode: its own short transaction (NONE, RECEIVE_ONLY) or the receive transaction
+    (SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE). ``connection``/``cursor`` are the receive transaction's,
+    available in TRANSACTION_SCOPE only: SQL run on them commits or rolls back with the receive.
+    """
+
+    def __init__(self, transport: Any, mode: TransactionMode, sends: SendPolicy, scope: Claim | None = None) -> None:
+        #: The transport the message came from (for peeks and other reads of your own).
+        self.transport = transport
+        self.mode = mode
+        self.sends = sends
+        self._scope = scope
+
+    def send(self, queue: str, message: OutgoingMessage | bytes | str, **kwargs: Any) -> None:
+        """Send a message with the mode's atomicity."""
+        self.send_many(queue, [message], **kwargs)
+
+    def send_many(self, queue: str, messages: list[OutgoingMessage | bytes | str], *,
+                  endpoint: str | None = None) -> None:
+        """Send messages with the mode's atomicity (checked now, written as the mode says).
+
+        :param endpoint: for delayed messages, the endpoint whose ``.Delayed`` table stores them.
+        """
+        self.sends.send(self.sends.outbox.prepare(queue, messages, endpoint=endpoint))
+
+    @property
+    def connection(self) -> Any:
+        """The receive transaction's connection (TRANSACTION_SCOPE only). Never commit or roll it back."""
+        return self._require_scope("connection").connection
+
+    @property
+    def cursor(self) -> Any:
+        """A cursor in the receive transaction (TRANSACTION_SCOPE only)."""
+        return self._require_scope("cursor").cursor
+
+    def enlist(self, connection: Any) -> Any:
+        """Refuse a second connection in TRANSACTION_SCOPE: Python has no distributed transactions."""
+        scope = self._require_scope("enlist")
+        if connection is not scope.connection:
+            raise CrossDatabaseTransactionError(
+                "TRANSACTION_SCOPE cannot enlist another connection: without a distributed transaction "
+                "coordinator its work could commit while the receive rolls back. Use context.connection "
+                "(same database), or use an outbox table on this database and move it afterwards")
+        return connection
+
+    def _require_scope(self, what: str) -> Claim:
+        if self._scope is None:
+            raise SqlQueueError(f"context.{what} is only available in TRANSACTION_SCOPE (mode is "
+                                f"{self.mode.value}); choose mode='transaction-scope' to join the handler's "
+                                "SQL to the receive transaction")
+        return self._scope
+
+
+# -- receive strategies ------------------------------------------------------------------------------------
+class ReceiveStrategy:
+    """Receives one batch and runs the handler on each message, with one mode's transactions.
+
+    :param transport: handed to handlers as ``context.transport`` (never used here).
+    """
+
+    def __init__(self, session: Session, queue: TableQueue, outbox: Outbox, handler: Handler,
+                 recoverability: Recoverability, mode: TransactionMode, transport: Any = None) -> None:
+        self.session = session
+        self.queue = queue
+        self.outbox = outbox
+        self.handler = handler
+        self.recoverability = recoverability
+        self.mode = mode
+        self.transport = transport
+        self.dialect: Dialect = session.dialect
+
+    def batch(self, count: int, summary: ProcessSummary) -> None:
+        """Receive up to ``count`` rows and handle them; add what happened to ``summary`` once it is final."""
+        raise NotImplementedError
+
+    def _is_infrastructure(self, exc: BaseException) -> bool:
+        """Failures of the database, not of the handler: the batch rolls back and is received again."""
+        return self.dialect.is_connection_lost(exc) or self.dialect.is_deadlock(exc)
+
+
+class AtMostOnce(ReceiveStrategy):
+    """NONE: the rows are deleted and committed first; a handler failure loses the message."""
+
+    def batch(self, count: int, summary: ProcessSummary) -> None:
+        with Claim(self.session, self.queue, take=True).open(count) as claim:
+            pass  # committed: the messages are ours now
+        part = ProcessSummary(received=claim.locked)
+        part.add_stats(claim.stats)
+        context = HandlerContext(self.transport, self.mode, ImmediateSends(self.outbox, self.session))
+        try:
+            for message in claim.messages:
+                try:
+                    self.handler(message, context)
+                    part.succeeded += 1
+                except Exception:
+                    part.lost += 1
+                    log.exception("handler failed for message %s in mode NONE: the message is lost",
+                                  message.message_id)
+        finally:
+            summary.add(part)
+
+
+class HeldBatch(ReceiveStrategy):
+    """RECEIVE_ONLY and SENDS_ATOMIC_WITH_RECEIVE: a batch is locked; each message is acked, retried (released),
+    delayed or rejected by its handler's outcome; one delete and one commit end the batch.
+
+    :param send_policy: makes the batch's send policy from the claim.
+    """
+
+    def __init__(self, *args: Any, send_policy: Callable[[Claim], SendPolicy], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.send_policy = send_policy
+
+    def batch(self, count: int, summary: ProcessSummary) -> None:
+        part = ProcessSummary()
+        finished: list[ReceivedMessage] = []
+        with Claim(self.session, self.queue).open(count) as claim:
+            part.received = claim.locked
+            part.add_stats(claim.stats)
+            sends = self.send_policy(claim)
+            context = self._context(claim, sends)
+            for message in claim.messages:
+                if self._handle(claim, context, sends, message, part):
+                    finished.append(message)
+            sends.flush()
+        # committed: only now are the counts and the failure bookkeeping true
+        for message in finished:
+            self.recoverability.forget(message)
+        summary.add(part)
+
+    def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
+        return HandlerContext(self.transport, self.mode, sends)
+
+    def _handle(self, claim: Claim, context: HandlerContext, sends: SendPolicy, message: ReceivedMessage,
+                part: ProcessSummary) -> bool:
+        """Handle one message; return True when it leaves the queue with the batch."""
+        earlier = self.recoverability.exhausted(message)
+        if earlier is not None:  # its immediate retries ran out in a batch that did not commit
+            return self._give_up(claim, message, earlier, self.recoverability.after_immediate(message, 0), part)
+        mark = self._before(claim)
+        try:
+            self.handler(message, context)
+        except Exception as exc:
+            if self._is_infrastructure(exc):
+                raise
+            self._undo(claim, mark)
+            sends.message_done(False)
+            decision = self.recoverability.failed(message, exc)
+            log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
+                        decision.attempts, self.recoverability.immediate_retries + 1, exc)
+            if decision.action is Action.RETRY:
+                claim.release(message)
+                part.retries += 1
+                return False  # not deleted: back at the head of the queue when the batch commits
+            return self._give_up(claim, message, exc, decision, part)
+        self._keep(claim, mark)
+        sends.message_done(True)
+        claim.ack(message)
+        part.succeeded += 1
+        return True
+
+    def _give_up(self, claim: Claim, message: ReceivedMessage, exc: BaseException, decision: Any,
+                 part: ProcessSummary) -> bool:
+        if decision.action is Action.DELAY:
+            self.outbox.write_delayed_copy(claim.cursor, self.queue, decision.headers, message.body, decision.delay)
+            claim.ack(message)
+            part.delayed += 1
+        else:
+            claim.reject(message, exc)
+            part.failed += 1
+        return True
+
+    # the points where the handler's own SQL is kept or undone (TRANSACTION_SCOPE only)
+    def _before(self, claim: Claim) -> Any:
+        return None
+
+    def _undo(self, claim: Claim, mark: Any) -> None:
+        pass
+
+    def _keep(self, claim: Claim, mark: Any) -> None:
+        pass
+
+
+class ScopedBatch(HeldBatch):
+    """TRANSACTION_SCOPE: as ``HeldBatch``, and the handler's own SQL on ``context.connection`` joins the receive
+    transaction; a savepoint per message undoes a failed handler's SQL and sends."""
+
+    def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
+        return HandlerContext(self.transport, self.mode, sends, scope=claim)
+
+    def _before(self, claim: Claim) -> Any:
+        savepoint = self.dialect.quote("sqlqueue_message")
+        self.dialect.execute(claim.cursor, "savepoint", None, savepoint=savepoint)
+        return savepoint
+
+    def _undo(self, claim: Claim, mark: Any) -> None:
+        self.dialect.execute(claim.cursor, "rollback_to_savepoint", None, savepoint=mark)
+        self.dialect.execute(claim.cursor, "release_savepoint", None, savepoint=mark)
+
+    def _keep(self, claim: Claim, mark: Any) -> None:
+        self.dialect.execute(claim.cursor, "release_savepoint", None, savepoint=mark)
+
+
+def strategy_for(mode: TransactionMode | str, session: Session, queue: TableQueue, outbox: Outbox,
+                 handler: Handler, recoverability: Recoverability, transport: Any = None) -> ReceiveStrategy:
+    """The receive strategy of a transaction mode on this database: the one place that reads the mode."""
+    mode = TransactionMode.parse(mode)
+    args = (session, queue, outbox, handler, recoverability, mode, transport)
+    if mode is TransactionMode.NONE:
+        return AtMostOnce(*args)
+    if mode is TransactionMode.TRANSACTION_SCOPE:
+        return ScopedBatch(*args, send_policy=lambda claim: EnlistedSends(outbox, claim))
+    if mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        return HeldBatch(*args, send_policy=lambda claim: BufferedSends(outbox, claim, keep_failed=False))
+    if session.dialect.single_writer:  # RECEIVE_ONLY where a second connection cannot write meanwhile
+        return HeldBatch(*args, send_policy=lambda claim: BufferedSends(outbox, claim, keep_failed=True))
+    return HeldBatch(*args, send_policy=lambda claim: ImmediateSends(outbox, session))
