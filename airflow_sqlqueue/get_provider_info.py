@@ -29,7 +29,9 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.hooks.sqlqueue"]}],
-        "operators": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.operators.sqlqueue"]}],
+        "operators": [{"integration-name": INTEGRATION,
+                       "python-modules": ["airflow_sqlqueue.operators.drain", "airflow_sqlqueue.operators.send",
+                                          "airflow_sqlqueue.operators.maintenance"]}],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.sensors.sqlqueue"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.triggers.sqlqueue"]}],
         "queues": ["airflow_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],

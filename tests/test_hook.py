@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sqlqueue.hooks.sqlqueue import SUPPORTED_CONN_TYPES, SqlQueueHook, dialect_name_for, transport_for
+from airflow_sqlqueue.hooks.sqlqueue import SUPPORTED_CONN_TYPES, SqlQueueHook, dialect_name_for
 from airflow_sqlqueue.sensors.sqlqueue import SqlQueueSensor
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport, UnsupportedConnectionError
 from tests.conftest import Db
@@ -173,12 +173,12 @@ def test_unreachable_database_error_has_no_password(monkeypatch: pytest.MonkeyPa
         hook.close()
 
 
-def test_transport_for_accepts_a_connection_object(tmp_path) -> None:
+def test_hook_for_a_connection_object(tmp_path) -> None:
     from airflow.sdk import Connection
 
     db_path = tmp_path / "obj.db"
     SqlQueueTransport.from_url(f"sqlite:///{db_path}").create_queue("orders")
-    transport = transport_for(Connection(conn_id="obj", conn_type="sqlite", host=str(db_path)))
+    transport = SqlQueueHook.for_connection(Connection(conn_id="obj", conn_type="sqlite", host=str(db_path))).transport
     try:
         transport.send("orders", OutgoingMessage(body="x"))
         assert transport.peek("orders") == 1

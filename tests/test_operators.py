@@ -287,17 +287,14 @@ if when == "before_commit":
         return path
     ParquetBatchWriter.write = write
 elif when == "after_commit":
-    from contextlib import contextmanager
-    from airflow_sqlqueue.transport.transport import SqlQueueTransport
-    original = SqlQueueTransport.receiving
-    @contextmanager
-    def receiving(self, *args, **kwargs):
-        with original(self, *args, **kwargs) as batch:
-            yield batch
+    from airflow_sqlqueue.transport.claim import Claim
+    original = Claim.commit
+    def commit(self):
+        original(self)
         count["n"] += 1
         if count["n"] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # committed, nothing returned yet
-    SqlQueueTransport.receiving = receiving
+    Claim.commit = commit
 op = ops.SqlQueueDrainOperator(task_id="crash", queue_name="audit", sqlqueue_conn_id="sqlqueue_crash",
                                output_path=sys.argv[3], max_messages=None, batch_size=10)
 print(len(op.execute({{"run_id": "crash"}})))

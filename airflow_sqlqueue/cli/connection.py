@@ -51,7 +51,7 @@ def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
     try:
         from airflow.sdk import BaseHook
 
-        from airflow_sqlqueue.hooks.sqlqueue import transport_for
+        from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
     except ImportError:
         raise UsageError("--conn-id needs Apache Airflow: pip install 'airflow-provider-sqlqueue[airflow]', "
                          "or pass --url") from None
@@ -59,4 +59,4 @@ def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
         connection = BaseHook.get_connection(conn_id)
     except Exception as exc:  # noqa: BLE001 - Airflow raises its own not-found type
         raise UsageError(f"Airflow connection {conn_id!r} not found: {one_line(exc)}") from None
-    return transport_for(connection, **kwargs)
+    return SqlQueueHook.for_connection(connection, **kwargs).transport

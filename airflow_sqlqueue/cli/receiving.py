@@ -1,9 +1,9 @@
 """``sqlqueue receive``: take messages from a queue and print them.
 
-Held modes (receive-only, sends-atomic-with-receive): a batch of rows is locked, each message is printed and
-flushed, and only the rows printed (and those dropped as expired or moved as poison) are deleted when the
-batch commits. If stdout is closed early (``| head -1``), the messages not printed stay in the queue.
-Mode none: a batch is deleted and committed first, then printed (at-most-once: what is not printed is lost).
+Held modes (receive-only, sends-atomic-with-receive): a batch of rows is claimed, each message is printed and
+flushed and acked; only the rows printed (and those dropped as expired or moved as poison) leave the queue when
+the claim commits. If stdout is closed early (``| head -1``), the messages not printed stay in the queue.
+Mode none: a batch is taken and committed first, then printed (at-most-once: what is not printed is lost).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airflow_sqlqueue.transport import QueueAddress, ReceivedMessage, ReceiveStats, SqlQueueTransport
+from airflow_sqlqueue.transport import ReceivedMessage, ReceiveStats, SqlQueueTransport
 
 Show = Callable[[ReceivedMessage], None]
 
@@ -39,57 +39,40 @@ def receive_and_print(transport: SqlQueueTransport, queue: str, max_messages: in
     An OSError from ``show`` ends the run after the batch is settled and is raised again; ``count.lost`` then
     tells how many taken messages were not printed (always 0 in the held modes).
     """
-    address = transport.address(queue)
     one_batch = _held_batch if held else _at_most_once_batch
     while count.printed < max_messages:
-        if one_batch(transport, address, min(batch_size, max_messages - count.printed), show, count) == 0:
+        if one_batch(transport, queue, min(batch_size, max_messages - count.printed), show, count) == 0:
             break
 
 
-def _held_batch(transport: SqlQueueTransport, address: QueueAddress, n: int, show: Show,
-                count: ReceiveCount) -> int:
-    """Lock up to ``n`` rows, print them, delete those printed in the same transaction; return rows locked."""
-    stats = ReceiveStats()
+def _held_batch(transport: SqlQueueTransport, queue: str, n: int, show: Show, count: ReceiveCount) -> int:
+    """Claim up to ``n`` rows, print them, ack those printed; return rows claimed."""
     closed: OSError | None = None
-    try:
-        with transport.connections.connection() as conn, transport.dialect.transaction(conn) as cur:
-            rows = transport.take(cur, address, n, lock_only=True)
-            done: list[int] = []
-            for row in rows:
-                message = transport.classify(cur, address, row, stats)  # None: expired, poison or forwarded
-                if message is not None:
-                    try:
-                        show(message)
-                    except OSError as exc:
-                        closed = exc
-                        break
-                    count.printed += 1
-                done.append(row.seq)
-            if done:
-                transport.dialect.delete_seqs(cur, address, done)
-    except Exception as exc:
-        explained = transport.explain(exc, f"receive from {transport.name(address)!r}")
-        if explained is exc:
-            raise
-        raise explained from exc
-    count.add(stats)
+    with transport.claim(queue, n) as claim:
+        for message in claim.messages:
+            try:
+                show(message)
+            except OSError as exc:
+                closed = exc
+                break
+            claim.ack(message)
+            count.printed += 1
+    count.add(claim.stats)
     if closed is not None:
         raise closed
-    return len(rows)
+    return claim.locked
 
 
-def _at_most_once_batch(transport: SqlQueueTransport, address: QueueAddress, n: int, show: Show,
-                        count: ReceiveCount) -> int:
-    """Delete and commit up to ``n`` rows, then print them; return rows taken."""
-    with transport.receiving(address, n) as batch:
+def _at_most_once_batch(transport: SqlQueueTransport, queue: str, n: int, show: Show, count: ReceiveCount) -> int:
+    """Take and commit up to ``n`` rows, then print them; return rows taken."""
+    with transport.claim(queue, n, take=True) as claim:
         pass
-    count.add(batch.stats)
-    for index, message in enumerate(batch.messages):
+    count.add(claim.stats)
+    for index, message in enumerate(claim.messages):
         try:
             show(message)
         except OSError:
-            count.lost = len(batch.messages) - index
+            count.lost = len(claim.messages) - index
             raise
         count.printed += 1
-    stats = batch.stats
-    return len(batch.messages) + stats.expired + stats.poison + stats.forwarded
+    return claim.locked

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow_sqlqueue.hooks.sqlqueue import transport_for
+from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.maintenance.config import (
     VARIABLE,
     VARIABLE_SOURCE,
@@ -58,7 +58,7 @@ def open_transport(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueu
     from airflow.models import Connection
 
     connection = Connection.get_connection_from_secrets(conn_id)
-    transport = transport_for(connection, error_queue=error_queue)
+    transport = SqlQueueHook.for_connection(connection, error_queue=error_queue).transport
     try:
         yield transport
     finally:

@@ -1,8 +1,15 @@
-"""``SqlQueueHook``: an existing Airflow database connection turned into a queue transport."""
+"""``SqlQueueHook``: an existing Airflow database connection turned into a queue transport.
+
+The one way from Airflow to a transport: operators, sensors, triggers, the maintenance DAGs, the dashboard and
+the command line's ``--conn-id`` all go through this hook (by connection id, by an Airflow ``Connection``
+object already in hand, or asynchronously in the triggerer).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
@@ -18,10 +25,14 @@ SUPPORTED_CONN_TYPES = {"mssql": "mssql", "odbc": "mssql", "postgres": "postgres
 class SqlQueueHook(BaseHook):
     """Queue operations on an existing ``mssql``, ``odbc``, ``postgres`` or ``sqlite`` connection.
 
-    No new secrets: the connection is the one your SQL tasks already use.
+    No new secrets: the connection is the one your SQL tasks already use. Use it as a context manager (the
+    transport's pooled connections close at the end), or call ``close()``.
 
     :param sqlqueue_conn_id: the Airflow connection id.
     :param error_queue: the error queue of this database (default ``error``).
+    :param odbc_driver: the ODBC driver name for ``odbc`` connections (Airflow's OdbcHook ignores a driver in the
+        connection extra unless ``[providers.odbc] allow_driver_in_extra`` is set).
+    :param forward_to: queues a receiver may forward messages to besides its own and the error queue.
     """
 
     conn_name_attr = "sqlqueue_conn_id"
@@ -30,12 +41,31 @@ class SqlQueueHook(BaseHook):
     hook_name = "SQL Queue"
 
     def __init__(self, sqlqueue_conn_id: str = default_conn_name, error_queue: str = "error",
-                 odbc_driver: str | None = None, **kwargs: Any) -> None:
+                 odbc_driver: str | None = None, forward_to: Iterable[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.error_queue = error_queue
         self.odbc_driver = odbc_driver
+        self.forward_to = tuple(forward_to)
 
+    # -- other ways to make one ------------------------------------------------------------------
+    @classmethod
+    def for_connection(cls, connection: Any, **kwargs: Any) -> SqlQueueHook:
+        """A hook on an Airflow ``Connection`` object already in hand (no lookup)."""
+        hook = cls(connection.conn_id or "", **kwargs)
+        hook.__dict__["connection"] = connection
+        return hook
+
+    @classmethod
+    async def afor_conn_id(cls, conn_id: str, **kwargs: Any) -> SqlQueueHook:
+        """A hook whose connection is looked up without blocking the event loop (for the triggerer)."""
+        try:
+            connection = await BaseHook.aget_connection(conn_id)
+        except NotImplementedError:  # pragma: no cover - a secrets setup without async lookup
+            connection = await asyncio.to_thread(BaseHook.get_connection, conn_id)
+        return cls.for_connection(connection, **kwargs)
+
+    # -- the connection and the transport ---------------------------------------------------------
     @cached_property
     def connection(self) -> Any:
         """The Airflow connection."""
@@ -48,12 +78,19 @@ class SqlQueueHook(BaseHook):
 
     def get_conn(self) -> Any:
         """A new DB-API connection (made by the database's own Airflow hook)."""
-        return connect_for(self.connection, odbc_driver=self.odbc_driver)
+        return _connect(self.connection, self.odbc_driver)
 
     @cached_property
     def transport(self) -> SqlQueueTransport:
         """The transport on this connection (connections are pooled and reconnected by it)."""
-        return transport_for(self.connection, odbc_driver=self.odbc_driver, error_queue=self.error_queue)
+        connection = self.connection
+        conn_type = (connection.conn_type or "").lower()
+        name = dialect_name_for(conn_type, connection.conn_id)
+        dialect = get_dialect(name, "qmark" if conn_type == "odbc" else None,
+                              default_catalog=(connection.schema or None) if name == "mssql" else None)
+        connect = guard_connect(lambda: _connect(connection, self.odbc_driver), f"connection {connection.conn_id!r}",
+                                connection.password)
+        return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to)
 
     def get_transport(self) -> SqlQueueTransport:
         """The transport on this connection."""
@@ -63,6 +100,12 @@ class SqlQueueHook(BaseHook):
         """Close pooled connections."""
         if "transport" in self.__dict__:
             self.transport.close()
+
+    def __enter__(self) -> SqlQueueHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def dialect_name_for(conn_type: str | None, conn_id: str = "") -> str:
@@ -75,12 +118,8 @@ def dialect_name_for(conn_type: str | None, conn_id: str = "") -> str:
             f"{', '.join(sorted(SUPPORTED_CONN_TYPES))}. Point the task at one of those") from None
 
 
-def connect_for(connection: Any, odbc_driver: str | None = None) -> Any:
-    """Open a DB-API connection for an Airflow connection (SQLite is opened for multi-threaded use).
-
-    :param odbc_driver: the ODBC driver name for ``odbc`` connections (Airflow's OdbcHook ignores a driver in
-        the connection extra unless ``[providers.odbc] allow_driver_in_extra`` is set).
-    """
+def _connect(connection: Any, odbc_driver: str | None = None) -> Any:
+    """Open a DB-API connection for an Airflow connection (SQLite is opened for multi-threaded use)."""
     conn_type = (connection.conn_type or "").lower()
     dialect_name_for(conn_type, connection.conn_id)
     if conn_type == "sqlite":
@@ -99,14 +138,3 @@ def connect_for(connection: Any, odbc_driver: str | None = None) -> Any:
                 "apt-get install unixodbc tdsodbc; pip install 'airflow-provider-sqlqueue[odbc]'") from None
         raise
     return hook.get_conn()
-
-
-def transport_for(connection: Any, odbc_driver: str | None = None, **kwargs: Any) -> SqlQueueTransport:
-    """A transport over an Airflow connection; connection failures never show the password."""
-    conn_type = (connection.conn_type or "").lower()
-    name = dialect_name_for(conn_type, connection.conn_id)
-    dialect = get_dialect(name, "qmark" if conn_type == "odbc" else None,
-                          default_catalog=(connection.schema or None) if name == "mssql" else None)
-    connect = guard_connect(lambda: connect_for(connection, odbc_driver), f"connection {connection.conn_id!r}",
-                            connection.password)
-    return SqlQueueTransport(connect, dialect, **kwargs)

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import logging
-import threading
 from collections.abc import AsyncIterator, Hashable, Sequence
-from contextlib import ExitStack, aclosing
+from contextlib import aclosing
 from typing import Any
 
-from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 
-from airflow_sqlqueue.hooks.sqlqueue import transport_for
-from airflow_sqlqueue.transport import QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
-from airflow_sqlqueue.transport.dialects import RawRow
-from airflow_sqlqueue.transport.transport import ReceiveStats
+from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
 from airflow_sqlqueue.transport.validation import check_count, is_number
 
 log = logging.getLogger(__name__)
@@ -53,8 +48,8 @@ def check_poll_interval(poll_interval: float, owner: str) -> float:
 
 async def get_transport(conn_id: str, **kwargs: Any) -> tuple[SqlQueueTransport, Any]:
     """The transport of an Airflow connection, looked up without blocking the triggerer's event loop."""
-    connection = await BaseHook.aget_connection(conn_id)
-    return transport_for(connection, **kwargs), connection
+    hook = await SqlQueueHook.afor_conn_id(conn_id, **kwargs)
+    return hook.transport, hook.connection
 
 
 def describe_error(exc: BaseException, connection: Any = None) -> str:
@@ -170,114 +165,63 @@ class RejectedBySubscriberError(SqlQueueError):
 
 
 class ClaimedBatch:
-    """Up to N of the oldest rows of one queue, locked (not deleted) in one open transaction until settled.
+    """The trigger's view of a core ``Claim``: up to N of the oldest rows of one queue, locked (not deleted) in one
+    open transaction until each is settled by the outcome Airflow reports for its event.
 
-    Every row is settled exactly once: acked (deleted), rejected (moved to the error queue) or released
-    (left in the queue: it returns when the transaction ends). Committing ends the claim. If the process
-    dies first, the database rolls the transaction back and every row returns to the queue.
-
-    PostgreSQL and SQL Server lock rows with ``FOR UPDATE SKIP LOCKED`` / ``READPAST``: a second claimer takes
-    the next rows. SQLite holds the database write lock (``BEGIN IMMEDIATE``) instead: a second claimer
-    waits until this claim commits, then sees only what is left.
-
-    Every method is blocking: call it through ``asyncio.to_thread``. This class is the swap point should the
-    core grow a claim API of its own.
+    Every method is blocking: call it through ``asyncio.to_thread``.
     """
-
-    _numbers = itertools.count(1)
 
     def __init__(self, transport: SqlQueueTransport, address: QueueAddress) -> None:
         self.transport = transport
         self.address = address
-        self.number = next(self._numbers)
+        self.claim: Claim | None = None
         self.messages: list[ReceivedMessage] = []
-        self.rows: dict[int, RawRow] = {}
-        self.pending: set[int] = set()
-        self.locked = 0
-        self.released = 0
-        self.closed = False
-        self._lock = threading.Lock()
-        self._stack = ExitStack()
-        self._cursor: Any = None
+
+    @property
+    def number(self) -> int:
+        return self.claim.number if self.claim is not None else 0
+
+    @property
+    def locked(self) -> int:
+        return self.claim.locked if self.claim is not None else 0
+
+    @property
+    def released(self) -> int:
+        return self.claim.released if self.claim is not None else 0
 
     def open(self, batch_size: int) -> None:
-        """Lock up to ``batch_size`` rows; drop expired rows and move poison rows to the error queue."""
-        dialect = self.transport.dialect
-        with self._lock:
-            if self.closed:
-                return
-            try:
-                conn = self._stack.enter_context(self.transport.connections.connection())
-                self._cursor = self._stack.enter_context(dialect.transaction(conn))
-                rows = self.transport.take(self._cursor, self.address, batch_size, lock_only=True)
-                self.locked = len(rows)
-                stats = ReceiveStats()
-                for row in rows:
-                    message = self.transport.classify(self._cursor, self.address, row, stats)
-                    if message is None:  # expired, poison or forwarded: it leaves the queue with this claim
-                        dialect.execute(self._cursor, "delete_by_seq", {"seq": row.seq},
-                                        **dialect.identifiers(self.address))
-                        continue
-                    self.rows[row.seq] = row
-                    self.pending.add(row.seq)
-                    self.messages.append(message)
-            except BaseException as exc:
-                self._end(exc)
-                if isinstance(exc, Exception):
-                    raise self.transport.explain(exc, f"claim messages of {self.transport.name(self.address)!r}") \
-                        from exc
-                raise
+        """Lock up to ``batch_size`` rows; expired rows are dropped and poison rows moved to the error queue."""
+        self.claim = self.transport.claim(self.address, batch_size)
+        self.messages = self.claim.messages
 
     def settle(self, items: Sequence[tuple[int, AdvanceOutcome]]) -> bool:
-        """Settle rows by their outcome; commit once every row is settled. Return whether the claim ended."""
-        dialect = self.transport.dialect
-        with self._lock:
-            if self.closed:
-                return True
-            try:
-                for seq, outcome in items:
-                    if seq not in self.pending:
-                        continue
-                    if outcome.rejected:
-                        self.transport.move_to_error(
-                            self._cursor, self.address, self.rows[seq],
-                            RejectedBySubscriberError("an Airflow trigger rejected the message"), delete=True)
-                    elif outcome.is_clean:
-                        dialect.execute(self._cursor, "delete_by_seq", {"seq": seq},
-                                        **dialect.identifiers(self.address))
-                    else:
-                        self.released += 1  # stays in the queue: delivered again after this claim ends
-                    self.pending.discard(seq)
-            except BaseException as exc:
-                self._end(exc)
-                raise
-            if self.pending:
-                return False
-            self._end(None)
+        """Settle messages by their outcome; commit once every one is settled. Return whether the claim ended."""
+        claim = self.claim
+        if claim is None or claim.closed:
             return True
+        for seq, outcome in items:
+            if claim.message(seq) is None:
+                continue
+            if outcome.rejected:
+                claim.reject(seq, RejectedBySubscriberError("an Airflow trigger rejected the message"))
+            elif outcome.is_clean:
+                claim.ack(seq)
+            else:
+                claim.release(seq)  # stays in the queue: delivered again after this claim ends
+        if claim.unsettled:
+            return False
+        claim.commit()
+        return True
 
     def commit(self) -> None:
         """End the claim keeping what was settled (rows not settled yet return to the queue)."""
-        with self._lock:
-            if not self.closed:
-                self._end(None)
+        if self.claim is not None:
+            self.claim.commit()
 
     def abandon(self) -> None:
         """End the claim undoing everything: every row returns to the queue."""
-        with self._lock:
-            if not self.closed:
-                self._end(_Abandoned())
-
-    def _end(self, exc: BaseException | None) -> None:
-        self.closed = True
-        if exc is None:
-            self._stack.close()  # commit and give the connection back
-        else:
-            self._stack.__exit__(type(exc), exc, exc.__traceback__)  # roll back
-
-
-class _Abandoned(Exception):
-    """Rolls a claim back."""
+        if self.claim is not None:
+            self.claim.abandon()
 
 
 class SqlQueueStreamProducer(SharedStreamProducer):
