@@ -78,23 +78,25 @@ VALUES (%(headers)s, %(body)s, (statement_timestamp() AT TIME ZONE 'UTC') + %(de
 
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest rows no other receiver holds, and return them.
+-- ARRAY(subquery) is an InitPlan: evaluated exactly once, so the delete can never take more than the limit
+-- (an IN (subquery) may be planned as a join that re-runs the locking scan).
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
-RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
+RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- lock_batch --
 -- Lock (without deleting) up to %(batch_size)s of the oldest rows no other receiver holds.
-SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- lock_after --
 -- Lock rows after a position, oldest first (walks a queue without taking rows others hold).
-SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- browse --
 -- Read rows after a position without locking or deleting them.
-SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- delete_by_seq --
@@ -124,8 +126,8 @@ SELECT headers FROM {queue} ORDER BY seq LIMIT 1
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} WHERE expires < (statement_timestamp() AT TIME ZONE 'UTC')
-              LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE expires <= (statement_timestamp() AT TIME ZONE 'UTC')
+                      LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
 
 -- move_due_delayed --
 -- Move up to %(batch_size)s due delayed messages into the endpoint's input queue (new Id).
