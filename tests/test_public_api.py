@@ -1,0 +1,150 @@
+"""The public API is pinned: names exported by ``airflow_sqlqueue.transport``, the façade's and the hook's methods
+and the parameters of every operator, sensor and trigger. A change here is a change for users: make it on purpose,
+update this file in the same commit and say so in the changelog of the release.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import airflow_sqlqueue.operators as operators
+import airflow_sqlqueue.transport as transport
+from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_sqlqueue.sensors.sqlqueue import SqlQueueSensor
+from airflow_sqlqueue.triggers.sqlqueue import SqlQueueMessageTrigger, SqlQueueTrigger
+
+PINNED = {'SqlQueueHook': {'afor_conn_id': ['conn_id'],
+                  'close': [],
+                  'for_connection': ['connection'],
+                  'get_conn': [],
+                  'get_transport': []},
+ 'SqlQueueMessageTrigger': ['conn_id', 'queue_name', 'batch_size', 'poll_interval', 'error_queue', 'max_body_bytes'],
+ 'SqlQueueSensor': ['queue_name', 'sqlqueue_conn_id', 'min_messages', 'deferrable', 'poll_interval'],
+ 'SqlQueueTransport': {'address': ['queue'],
+                       'browse': ['queue', 'after_seq', 'limit'],
+                       'check': ['queue', 'repair'],
+                       'claim': ['queue', 'max_messages', 'take'],
+                       'close': [],
+                       'create_queue': ['queue', 'delayed'],
+                       'create_queues': ['queues', 'delayed'],
+                       'ddl': ['queues', 'delayed'],
+                       'delete_messages': ['queue', 'ids'],
+                       'discover': [],
+                       'drain': ['queue',
+                                 'sink',
+                                 'max_messages',
+                                 'max_duration',
+                                 'batch_size',
+                                 'concurrency',
+                                 'breaker'],
+                       'exists': ['queue'],
+                       'explain': ['exc', 'what'],
+                       'from_url': ['url'],
+                       'move_due_delayed': ['endpoint', 'batch_size'],
+                       'name': ['queue'],
+                       'oldest_age': ['queue'],
+                       'peek': ['queue'],
+                       'process': ['queue',
+                                   'handler',
+                                   'mode',
+                                   'max_messages',
+                                   'max_duration',
+                                   'batch_size',
+                                   'concurrency',
+                                   'immediate_retries',
+                                   'delayed_retries',
+                                   'delayed_retry_delay',
+                                   'stop_when_empty'],
+                       'pump': ['queue',
+                                'handler',
+                                'mode',
+                                'batch_size',
+                                'concurrency',
+                                'immediate_retries',
+                                'delayed_retries',
+                                'delayed_retry_delay',
+                                'breaker',
+                                'failures'],
+                       'purge_expired': ['queue', 'batch_size', 'progress'],
+                       'receive': ['queue', 'max_messages'],
+                       'receiving': ['queue', 'max_messages'],
+                       'retry_errors': ['error_queue', 'select', 'max_messages'],
+                       'run': ['work', 'what', 'read_only'],
+                       'send': ['queue', 'message', 'endpoint', 'cursor'],
+                       'send_many': ['queue', 'messages', 'endpoint', 'cursor']},
+ 'SqlQueueTrigger': ['conn_id', 'queue', 'min_messages', 'poll_interval'],
+ 'operators': {'SqlQueueCheckSchemaOperator': ['queues', 'repair', 'fail_on_findings'],
+               'SqlQueueCreateQueuesOperator': ['queues', 'delayed'],
+               'SqlQueueDrainOperator': ['queue_name',
+                                         'sqlqueue_conn_id',
+                                         'max_messages',
+                                         'max_duration',
+                                         'max_concurrency',
+                                         'batch_size',
+                                         'handler',
+                                         'mode',
+                                         'immediate_retries',
+                                         'output_path',
+                                         'error_queue'],
+               'SqlQueuePurgeExpiredOperator': ['queues', 'batch_size'],
+               'SqlQueueRetryErrorsOperator': ['failed_q', 'exception_type', 'max_messages'],
+               'SqlQueueSendOperator': ['queue_name',
+                                        'messages',
+                                        'body',
+                                        'headers',
+                                        'sqlqueue_conn_id',
+                                        'time_to_be_received',
+                                        'delay']},
+ 'transport': ['CircuitBreakerOpenError',
+               'Claim',
+               'CrossDatabaseTransactionError',
+               'DatabaseConnectionError',
+               'DrainSummary',
+               'Finding',
+               'ForwardRefusedError',
+               'HandlerContext',
+               'InvalidAddressError',
+               'InvalidMessageError',
+               'OutgoingMessage',
+               'PermissionDeniedError',
+               'ProcessSummary',
+               'QueueAddress',
+               'QueueNotFoundError',
+               'RawRow',
+               'ReceiveStats',
+               'ReceivedBatch',
+               'ReceivedMessage',
+               'SqlQueueError',
+               'SqlQueueTransport',
+               'TransactionMode',
+               'UnsupportedConnectionError',
+               'ddl_script',
+               'get_dialect']}
+
+
+def _params(function) -> list[str]:
+    return [p for p in inspect.signature(function).parameters if p not in ("self", "kwargs", "cls")]
+
+
+def _methods(cls) -> dict[str, list[str]]:
+    public = [n for n in sorted(vars(cls)) if not n.startswith("_") and callable(getattr(cls, n))]
+    return {n: _params(getattr(cls, n)) for n in public}
+
+
+def test_transport_exports_exactly_the_pinned_names():
+    assert sorted(transport.__all__) == PINNED["transport"]
+    assert all(hasattr(transport, name) for name in transport.__all__)
+
+
+def test_facade_and_hook_methods_are_pinned():
+    assert _methods(transport.SqlQueueTransport) == PINNED["SqlQueueTransport"]
+    assert _methods(SqlQueueHook) == PINNED["SqlQueueHook"]
+
+
+def test_operator_sensor_and_trigger_parameters_are_pinned():
+    found = {n: _params(getattr(operators, n).__init__) for n in operators.__all__
+             if inspect.isclass(getattr(operators, n))}
+    assert found == PINNED["operators"]
+    assert _params(SqlQueueSensor.__init__) == PINNED["SqlQueueSensor"]
+    assert _params(SqlQueueTrigger.__init__) == PINNED["SqlQueueTrigger"]
+    assert _params(SqlQueueMessageTrigger.__init__) == PINNED["SqlQueueMessageTrigger"]
