@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from airflow_sqlqueue.transport import (
     InvalidAddressError,
     InvalidMessageError,
@@ -27,15 +25,6 @@ INPUT_ERRORS = (UsageError, InvalidAddressError, InvalidMessageError, Unsupporte
 def exit_code(exc: BaseException) -> int:
     """2 for input errors, 3 for connection and database errors."""
     return USAGE if isinstance(exc, INPUT_ERRORS) else DATABASE
-
-
-_USER_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)[^\s'\"]*@")  # scheme://user:PASSWORD@host (to the last @)
-_QUERY_PASSWORD = re.compile(r"(?i)\b((?:password|pwd)=)[^&;\s'\"]*?(?=:\s|[&;\s'\"]|$)")  # ?password=, PWD=
-
-
-def scrub(text: str) -> str:
-    """Text with any password in a URL (user part or ``password=`` parameter) replaced by ``***``."""
-    return _QUERY_PASSWORD.sub(r"\1***", _USER_PASSWORD.sub(r"\1***@", text))
 
 
 def one_line(exc: BaseException) -> str:

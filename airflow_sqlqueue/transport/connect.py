@@ -2,48 +2,30 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .errors import DatabaseConnectionError, SqlQueueError, UnsupportedConnectionError
+from .redaction import SCHEME, blank, blank_url_password, password_span, redact_url
 
 SCHEMES = ("sqlite:///path.db", "postgresql://user:pass@host:5432/db", "mssql+pymssql://user:pass@host:1433/db",
            "mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS")
 
 
-_QUERY_PASSWORD = re.compile(r"(?i)([?&;](?:password|pwd)=)[^&;#]*")
-#: A URL starts with its scheme; a '://' further on may be inside a pasted password.
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def _password_span(url: str) -> tuple[int, int] | None:
-    """Where the password of a URL is, read leniently: the user info ends at the last ``@``, so a password with
-    an unencoded ``/``, ``?``, ``#`` or ``@`` (or in a URL with a typo in ``://``) is still found whole."""
-    scheme = _SCHEME.match(url)
-    start = scheme.end() if scheme else 0  # not a URL (a typo): any ':' before the '@' may start it
-    at = url.rfind("@")
-    colon = url.find(":", start, at) if at > start else -1
-    if colon < 0 or "@" in url[start:colon]:  # no user info, or a user without a password
-        return None
-    return colon + 1, at
-
-
 def redact(url: str) -> str:
     """The URL with its password (user part, or a ``password=``/``pwd=`` parameter) replaced by ``***``."""
-    span = _password_span(url)
-    return _QUERY_PASSWORD.sub(r"\1***", url if span is None else url[:span[0]] + "***" + url[span[1]:])
+    return redact_url(url)
 
 
 def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
     """Return (a function opening a new connection, dialect name) for a URL; nothing is opened yet."""
-    if not isinstance(url, str) or not _SCHEME.match(url):
+    if not isinstance(url, str) or not SCHEME.match(url):
         shown = redact(url) if isinstance(url, str) else type(url).__name__
         raise UnsupportedConnectionError(
             f"not a connection URL: {shown!r} (it must start with scheme://); use one of: {', '.join(SCHEMES)}")
-    span = _password_span(url)
+    span = password_span(url)
     if span is not None and any(ch in url[span[0]:span[1]] for ch in "/?#@[]"):
         raise UnsupportedConnectionError(
             f"the password in {redact(url)} contains '/', '?', '#', '@', '[' or ']' as it is; percent-encode it "
@@ -51,7 +33,7 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
     try:
         urlsplit(url).port  # noqa: B018 - parses the host and port now: their errors may quote the URL
     except ValueError as exc:
-        raise UnsupportedConnectionError(f"{redact(url)} is not a valid URL ({_scrubbed(exc, url)}); "
+        raise UnsupportedConnectionError(f"{redact(url)} is not a valid URL ({blank_url_password(str(exc), url)}); "
                                          f"use one of: {', '.join(SCHEMES)}") from None
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
@@ -64,20 +46,6 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
         return _pyodbc(url), "mssql"
     raise UnsupportedConnectionError(
         f"unsupported URL scheme {scheme!r} in {redact(url)}; use one of: {', '.join(SCHEMES)}")
-
-
-def _blanked(text: str, password: str | None) -> str:
-    """``text`` with ``password`` blanked, as written and percent-decoded."""
-    for secret in (password, unquote(password or "")):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def _scrubbed(exc: Exception, url: str) -> str:
-    """An error's text with the URL's password blanked."""
-    span = _password_span(url)
-    return _blanked(str(exc), None if span is None else url[span[0]:span[1]])
 
 
 def _guard(open_connection: Callable[[], Any], url: str) -> Callable[[], Any]:
@@ -96,7 +64,7 @@ def guard_connect(open_connection: Callable[[], Any], where: str, password: str 
             raise
         except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            text = _blanked(text, password)
+            text = blank(text, password)
             raise DatabaseConnectionError(f"cannot connect to {where}: {text}") from None
 
     return connect

@@ -21,6 +21,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedSt
 
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
+from airflow_sqlqueue.transport.redaction import describe
 from airflow_sqlqueue.transport.validation import check_count, is_number
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,7 @@ async def get_transport(conn_id: str, **kwargs: Any) -> tuple[SqlQueueTransport,
 
 def describe_error(exc: BaseException, connection: Any = None) -> str:
     """A one-line error text for an event payload: exception type and first line, secrets removed."""
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    password = getattr(connection, "password", None)
-    if password:
-        text = text.replace(password, "***")
-    return text
+    return describe(exc, getattr(connection, "password", None))
 
 
 def _is_transient(transport: SqlQueueTransport, exc: BaseException) -> bool:

@@ -1,0 +1,63 @@
+"""Keeping secrets out of logs, errors and event payloads: the one place passwords are blanked.
+
+Every error or log line that may quote a connection URL, a driver's message or a connection's password goes
+through one of these functions first.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+MASK = "***"
+
+_QUERY_PASSWORD = re.compile(r"(?i)([?&;](?:password|pwd)=)[^&;#]*")
+#: A URL starts with its scheme; a '://' further on may be inside a pasted password.
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_TEXT_USER_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)[^\s'\"]*@")  # scheme://user:PASSWORD@host (to the last @)
+_TEXT_QUERY_PASSWORD = re.compile(r"(?i)\b((?:password|pwd)=)[^&;\s'\"]*?(?=:\s|[&;\s'\"]|$)")  # ?password=, PWD=
+
+
+def password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of a URL is, read leniently: the user info ends at the last ``@``, so a password with
+    an unencoded ``/``, ``?``, ``#`` or ``@`` (or in a URL with a typo in ``://``) is still found whole."""
+    scheme = SCHEME.match(url)
+    start = scheme.end() if scheme else 0  # not a URL (a typo): any ':' before the '@' may start it
+    at = url.rfind("@")
+    colon = url.find(":", start, at) if at > start else -1
+    if colon < 0 or "@" in url[start:colon]:  # no user info, or a user without a password
+        return None
+    return colon + 1, at
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password (user part, or a ``password=``/``pwd=`` parameter) replaced by ``***``."""
+    span = password_span(url)
+    return _QUERY_PASSWORD.sub(r"\1" + MASK, url if span is None else url[:span[0]] + MASK + url[span[1]:])
+
+
+def blank(text: str, *secrets: str | None) -> str:
+    """``text`` with each secret blanked, as written and percent-decoded."""
+    for secret in secrets:
+        for form in (secret, unquote(secret or "")):
+            if form:
+                text = text.replace(form, MASK)
+    return text
+
+
+def blank_url_password(text: str, url: str) -> str:
+    """``text`` (a driver's error, say) with the password of ``url`` blanked wherever it appears."""
+    span = password_span(url)
+    return text if span is None else blank(text, url[span[0]:span[1]])
+
+
+def scrub(text: str) -> str:
+    """Free text with any password in a URL it quotes (user part or ``password=`` parameter) replaced."""
+    return _TEXT_QUERY_PASSWORD.sub(r"\1" + MASK, _TEXT_USER_PASSWORD.sub(r"\1" + MASK + "@", text))
+
+
+def describe(exc: BaseException, *secrets: str | None) -> str:
+    """One line for an error: its type and first line of text, secrets and URL passwords removed."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return scrub(blank(text, *secrets))
