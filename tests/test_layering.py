@@ -27,7 +27,7 @@ LAYERS = {
     "claim": 8, "sending": 8, "recoverability": 8, "summaries": 8,
     "strategies": 9, "receivers": 9,
     # operations
-    "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "pubsub": 10, "archive": 10,
+    "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "wakeups": 10, "pubsub": 10, "archive": 10,
     # the façade, and the package's public names
     "transport": 11, "__init__": 12,
 }

@@ -49,7 +49,7 @@ def test_deferrable_defers_to_the_trigger(queues: Db, monkeypatch: pytest.Monkey
     trigger = deferred.value.trigger
     assert isinstance(trigger, SqlQueueTrigger)
     assert trigger.serialize()[1] == {"conn_id": conn_id, "queue": queues.q("orders"), "min_messages": 2,
-                                      "poll_interval": 0.5}
+                                      "poll_interval": 0.5, "max_poll_interval": None}
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.timeout.total_seconds() == 120
 

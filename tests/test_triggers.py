@@ -438,3 +438,31 @@ def test_provider_info_is_valid() -> None:
     assert info["queues"] == ["airflow_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"]
     assert "connection-types" not in info
     assert SqlQueueMessageQueueProvider().trigger_class() is SqlQueueMessageTrigger
+
+
+def test_depth_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
+    """PostgreSQL with the wake-up trigger: the sensor's trigger fires on the send, not at its next poll (600 s
+    away); elsewhere it keeps polling."""
+    if db.kind != "postgres":
+        pytest.skip("push wake-ups are PostgreSQL's LISTEN/NOTIFY")
+    db.transport.create_queue(db.q("orders"), notify=True)
+    trigger = SqlQueueTrigger(conn_id=airflow_conn(db, monkeypatch), queue=db.q("orders"), poll_interval=600)
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        first = asyncio.ensure_future(anext(events))
+        for _ in range(300):  # until the trigger listens, then a moment for its first (empty) peek
+            listening = await asyncio.to_thread(db.sql, "SELECT count(*) FROM pg_stat_activity WHERE query = "
+                                                "'LISTEN sqlqueue' AND pid <> pg_backend_pid()")
+            if listening[0][0]:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        assert not first.done()
+        await asyncio.to_thread(db.transport.send, db.q("orders"), b"wake")
+        event = await asyncio.wait_for(first, 60)  # far below the 600 s poll: only a wake-up gets here
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload == {"status": "success", "queue": db.q("orders"), "depth": 1}

@@ -34,7 +34,7 @@ BROWSE_CHUNK = 500
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the subcommand; return the exit code."""
     if args.command == "ddl":
-        sys.stdout.write(ddl_script(args.dialect, args.queues, delayed=args.delayed))
+        sys.stdout.write(ddl_script(args.dialect, args.queues, delayed=args.delayed, notify=args.notify))
         return 0
     if args.command == "demo":
         return demo(args)
@@ -85,12 +85,13 @@ def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     names = [transport.name(q) for q in args.queues]  # every name valid before anything is created
     for name in names:
         existed = transport.exists(name)
-        transport.create_queue(name, delayed=args.delayed)
+        transport.create_queue(name, delayed=args.delayed, notify=args.notify)
         if args.json:
-            emit_json({"queue": name, "created": not existed, "delayed": args.delayed})
+            emit_json({"queue": name, "created": not existed, "delayed": args.delayed, "notify": args.notify})
         else:
             print((f"{name} already exists" if existed else f"created {name}")
-                  + (" (with its delayed table)" if args.delayed else ""))
+                  + (" (with its delayed table)" if args.delayed else "")
+                  + (" (with its wake-up trigger)" if args.notify else ""))
     return OK
 
 

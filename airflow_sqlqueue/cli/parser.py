@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "  sqlqueue --url postgresql://app@db/sales create sales.orders --delayed")
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument("--delayed", action="store_true", help="also create each queue's .Delayed table")
+    p.add_argument("--notify", action="store_true",
+                   help="PostgreSQL: install the wake-up trigger (watchers wake at once instead of polling)")
 
     p = command("ddl", "print the DDL script for a DBA to review (no connection needed)",
                 "  sqlqueue ddl orders error --dialect mssql\n"
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument("--dialect", required=True, choices=DIALECT_NAMES)
     p.add_argument("--delayed", action="store_true", help="include the .Delayed tables")
+    p.add_argument("--notify", action="store_true", help="include the PostgreSQL wake-up trigger")
 
     p = command("send", "send messages: --body, --body-file, or one message per line on stdin",
                 "  sqlqueue send orders --body '{\"id\": 1}' --header NServiceBus.EnclosedMessageTypes=Sales.Order\n"

@@ -26,19 +26,24 @@ class SqlQueueCreateQueuesOperator(SqlQueueBaseOperator):
 
     :param queues: a queue address or a list of them (templated).
     :param delayed: also create each queue's ``.Delayed`` table for delayed delivery.
+    :param notify: PostgreSQL only: install each queue's wake-up trigger, so sensors and event triggers on it
+        wake as soon as a message is committed instead of at their next poll.
     :param sqlqueue_conn_id: an ``mssql``, ``odbc``, ``postgres`` or ``sqlite`` connection.
     """
 
     template_fields: Sequence[str] = ("queues",)
 
-    def __init__(self, *, queues: str | list[str], delayed: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, queues: str | list[str], delayed: bool = False, notify: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queues = queues
         self.delayed = delayed
+        self.notify = notify
 
     def execute(self, context: Context) -> list[str]:
         with self.open_transport() as transport:
-            names = transport.create_queues(queue_list(self.queues) or [], delayed=self.delayed)
+            names = transport.create_queues(queue_list(self.queues) or [], delayed=self.delayed,
+                                             notify=self.notify)
         self.log.info("queues ready: %s", ", ".join(names))
         return names
 

@@ -26,7 +26,10 @@ class SqlQueueSensor(BaseSensorOperator):
     :param min_messages: succeed when the depth reaches this many messages (templated).
     :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable``.
     :param poll_interval: seconds between two peeks (at least 0.1; over 10 s warns). Also the default
-        ``poke_interval`` of the non-deferrable modes.
+        ``poke_interval`` of the non-deferrable modes. Deferred on a PostgreSQL queue created with
+        ``notify=True``, a send wakes the trigger at once and this is only the fallback period.
+    :param max_poll_interval: deferred: the longest pause between peeks while the queue stays empty (the idle
+        back-off; default 4 x ``poll_interval``).
     """
 
     template_fields: Sequence[str] = ("queue_name", "sqlqueue_conn_id", "min_messages")
@@ -35,7 +38,7 @@ class SqlQueueSensor(BaseSensorOperator):
     def __init__(self, *, queue_name: str, sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
                  min_messages: int | str = 1,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 poll_interval: float = 5.0, **kwargs: Any) -> None:
+                 poll_interval: float = 5.0, max_poll_interval: float | None = None, **kwargs: Any) -> None:
         poll_interval = check_poll_interval(poll_interval, type(self).__name__)
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
@@ -44,6 +47,7 @@ class SqlQueueSensor(BaseSensorOperator):
         self.min_messages = min_messages
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.max_poll_interval = max_poll_interval
 
     def _threshold(self) -> int:
         """``min_messages`` after templating (a rendered template is text)."""
@@ -73,7 +77,8 @@ class SqlQueueSensor(BaseSensorOperator):
             return first.xcom_value
         self.defer(
             trigger=SqlQueueTrigger(conn_id=self.sqlqueue_conn_id, queue=self.queue_name,
-                                    min_messages=self._threshold(), poll_interval=self.poll_interval),
+                                    min_messages=self._threshold(), poll_interval=self.poll_interval,
+                                    max_poll_interval=self.max_poll_interval),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
         )

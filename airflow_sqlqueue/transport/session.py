@@ -105,6 +105,11 @@ class Session:
         self.dialect.configure(connection)
         return connection
 
+    def dedicated(self) -> Any:
+        """A new configured connection outside the pool, for one long-lived job (listening for wake-ups).
+        The caller closes it."""
+        return self._new()
+
     def checkout(self) -> Any:
         """A configured connection from the pool (or a new one). Give it back with ``checkin``."""
         with self._lock:
@@ -118,7 +123,7 @@ class Session:
                 if len(self._idle) < self._max_idle:
                     self._idle.append(connection)
                     return
-        _close(connection)
+        close_quietly(connection)
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
@@ -194,7 +199,7 @@ class Session:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
-            _close(connection)
+            close_quietly(connection)
 
 
 class Transaction:
@@ -250,7 +255,7 @@ def _close_cursor(cursor: Any) -> None:
         pass
 
 
-def _close(connection: Any) -> None:
+def close_quietly(connection: Any) -> None:
     try:
         connection.close()
     except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to do

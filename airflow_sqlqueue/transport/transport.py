@@ -33,6 +33,7 @@ from .recoverability import Recoverability
 from .sending import Outbox
 from .session import Session
 from .validation import check_count
+from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,9 +107,13 @@ class SqlQueueTransport:
         return self.session.explain(exc, what)
 
     # -- provisioning ----------------------------------------------------------------------------
-    def create_queue(self, queue: str | QueueAddress, *, delayed: bool = False) -> None:
-        """Create a queue table (and its ``.Delayed`` table); idempotent and safe under concurrent creators."""
+    def create_queue(self, queue: str | QueueAddress, *, delayed: bool = False, notify: bool = False) -> None:
+        """Create a queue table (and its ``.Delayed`` table); idempotent and safe under concurrent creators.
+
+        :param notify: also install the PostgreSQL wake-up trigger (see ``enable_notifications``).
+        """
         address = self.address(queue)
+        self._check_notify(notify)
 
         def attempt() -> None:
             with self.session.connection() as conn:
@@ -118,17 +123,56 @@ class SqlQueueTransport:
             self.session.retry.call(attempt, f"create queue {self.name(address)!r}")
         except Exception as exc:
             raise self.explain(exc, f"create queue {self.name(address)!r}") from exc
+        if notify:
+            self.enable_notifications(address)
 
-    def create_queues(self, queues: Iterable[str | QueueAddress], *, delayed: bool = False) -> list[str]:
+    def create_queues(self, queues: Iterable[str | QueueAddress], *, delayed: bool = False,
+                      notify: bool = False) -> list[str]:
         """Create several queues; return their canonical names."""
         names = [self.name(q) for q in queues]  # validate all before creating any
+        self._check_notify(notify)
         for name in names:
-            self.create_queue(name, delayed=delayed)
+            self.create_queue(name, delayed=delayed, notify=notify)
         return names
 
-    def ddl(self, queues: Iterable[str | QueueAddress], *, delayed: bool = False) -> str:
+    def ddl(self, queues: Iterable[str | QueueAddress], *, delayed: bool = False, notify: bool = False) -> str:
         """The DDL script that creates the queues, for a DBA to review (no connection used)."""
-        return ddl_script(self.dialect, queues, delayed=delayed)
+        return ddl_script(self.dialect, queues, delayed=delayed, notify=notify)
+
+    def enable_notifications(self, queue: str | QueueAddress) -> None:
+        """Install the queue's wake-up trigger (PostgreSQL only; idempotent): one ``NOTIFY sqlqueue`` per
+        statement that inserts into the queue, so watchers (the sensor, the event trigger) wake at once instead
+        of at their next poll. Senders, .NET ones included, write exactly what they wrote before."""
+        address = self.address(queue)
+        self._check_notify(True)
+
+        def attempt() -> None:
+            with self.session.connection() as conn:
+                self.dialect.install_notify(conn, address)
+
+        what = f"install the wake-up trigger on {self.name(address)!r}"
+        try:
+            self.session.retry.call(attempt, what)
+        except Exception as exc:
+            raise self.explain(exc, what) from exc
+
+    def disable_notifications(self, queue: str | QueueAddress) -> None:
+        """Remove the queue's wake-up trigger (PostgreSQL only; idempotent). Watchers fall back to polling."""
+        address = self.address(queue)
+        self._check_notify(True)
+        with self.session.connection() as conn:
+            self.dialect.uninstall_notify(conn, address)
+
+    def wakeups(self, queue: str | QueueAddress, poll_interval: float, max_poll_interval: float | None = None, *,
+                push: bool = True) -> Wakeups:
+        """A ``Wakeups`` for a watcher of ``queue``: push when the queue has its wake-up trigger, else polling
+        with an idle back-off (see ``transport/wakeups.py``). Close it when done."""
+        return Wakeups(self.session, self.book.queue(queue), poll_interval, max_poll_interval, push=push)
+
+    def _check_notify(self, notify: bool) -> None:
+        if notify and not self.dialect.supports_notify:
+            raise ValueError(f"notify=True needs PostgreSQL's LISTEN/NOTIFY; on {self.dialect.name} watchers poll "
+                             "(with a back-off while the queue is idle): leave notify out")
 
     def exists(self, queue: str | QueueAddress) -> bool:
         """Whether the queue table exists."""
@@ -314,10 +358,13 @@ class SqlQueueTransport:
         return retry_errors(self, source, select, max_messages)
 
 
-def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, delayed: bool = False) -> str:
+def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, delayed: bool = False,
+               notify: bool = False) -> str:
     """The named DDL statements that create ``queues`` in ``dialect``, as one reviewable script."""
     if isinstance(dialect, str):
         dialect = get_dialect(dialect)
+    if notify and not dialect.supports_notify:
+        raise ValueError(f"notify=True needs PostgreSQL's LISTEN/NOTIFY, not {dialect.name}: leave notify out")
     parts = []
     for queue in queues:
         address = dialect.parse_address(queue)
@@ -325,4 +372,9 @@ def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, 
         names = dialect.queue_ddl + (dialect.delayed_ddl if delayed else ())
         for name, sql in zip(names, dialect.ddl(address, delayed), strict=True):
             parts.append(f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};")
+        if notify:
+            ids = dialect.notify_identifiers(address)
+            for name in dialect.notify_ddl:
+                sql = dialect.render(name, **ids)
+                parts.append(f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};")
     return "\n\n".join(parts) + "\n"

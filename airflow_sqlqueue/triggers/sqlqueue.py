@@ -23,6 +23,7 @@ from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
 from airflow_sqlqueue.transport.redaction import describe
 from airflow_sqlqueue.transport.validation import check_count, is_number
+from airflow_sqlqueue.transport.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -77,27 +78,38 @@ class SqlQueueTrigger(BaseTrigger):
     :param conn_id: an Airflow connection of type ``mssql``, ``odbc``, ``postgres`` or ``sqlite``.
     :param queue: the queue address (``table``, ``table@schema`` or ``"schema"."table"`` per dialect).
     :param min_messages: fire when the depth reaches this many messages.
-    :param poll_interval: seconds between two peeks (at least 0.1).
+    :param poll_interval: seconds between two peeks (at least 0.1). On a PostgreSQL queue with the wake-up
+        trigger (``create_queue(..., notify=True)``) a send wakes the trigger at once and this is only the
+        fallback period.
+    :param max_poll_interval: the longest pause between peeks while the queue stays empty (the idle back-off;
+        default 4 x ``poll_interval``).
     """
 
-    def __init__(self, conn_id: str, queue: str, min_messages: int = 1, poll_interval: float = 5.0) -> None:
+    def __init__(self, conn_id: str, queue: str, min_messages: int = 1, poll_interval: float = 5.0,
+                 max_poll_interval: float | None = None) -> None:
         super().__init__()
         check_count(min_messages, "min_messages")
         self.conn_id = conn_id
         self.queue = queue
         self.min_messages = min_messages
         self.poll_interval = check_poll_interval(poll_interval, type(self).__name__)
+        self.max_poll_interval = max_poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"conn_id": self.conn_id, "queue": self.queue, "min_messages": self.min_messages,
-                 "poll_interval": self.poll_interval})
+                 "poll_interval": self.poll_interval, "max_poll_interval": self.max_poll_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         transport: SqlQueueTransport | None = None
         connection = None
+        wakeups: Wakeups | None = None
         try:
             transport, connection = await get_transport(self.conn_id)
+            wakeups = transport.wakeups(self.queue, self.poll_interval, self.max_poll_interval)
+            if await asyncio.to_thread(wakeups.start):
+                self.log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback",
+                              self.queue, self.poll_interval)
             failures = 0
             while True:
                 try:
@@ -117,13 +129,15 @@ class SqlQueueTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "success", "queue": self.queue, "depth": depth})
                     return
                 self.log.debug("queue %s holds %d of %d messages", self.queue, depth, self.min_messages)
-                await asyncio.sleep(self.poll_interval)
+                await wakeups.wait_async(found=depth > 0)
         except Exception as exc:
             message = f"cannot watch queue {self.queue!r} on connection {self.conn_id!r}: " + describe_error(
                 exc, connection)
             self.log.error("%s", message)
             yield TriggerEvent({"status": "error", "queue": self.queue, "message": message})
         finally:
+            if wakeups is not None:
+                await asyncio.to_thread(wakeups.close)
             await _close(transport)
 
 

@@ -68,6 +68,9 @@ class Dialect:
     single_writer: bool = False
     #: Columns hold values of any type whatever their declared type (SQLite): rows are read defensively.
     loose_types: bool = False
+    #: Push wake-ups (LISTEN/NOTIFY) can be installed and listened for; others poll.
+    supports_notify: bool = False
+    notify_ddl: tuple[str, ...] = ()
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import select
 from typing import Any
 
 from ..address import QueueAddress, format_postgres, parse_postgres
@@ -85,6 +87,56 @@ class PostgresDialect(Dialect):
                     f"creating queue {self.format_address(address)!r} needs CREATE on schema {schema!r}: "
                     f"{exc}".strip()) from exc
             raise
+
+    # -- push wake-ups (LISTEN/NOTIFY) -------------------------------------------------------------
+    supports_notify = True
+    notify_ddl = ("create_notify_function", "drop_notify_trigger", "create_notify_trigger")
+
+    def notify_identifiers(self, address: QueueAddress) -> dict[str, str]:
+        """The queue's identifiers plus its wake-up trigger and the schema's wake-up function."""
+        schema = address.schema or self.default_schema
+        return {**self.identifiers(address), "notify_trigger": self.quote(self.notify_trigger_name(address)),
+                "notify_function": self.quote(schema) + "." + self.quote("sqlqueue_notify")}
+
+    def notify_trigger_name(self, address: QueueAddress) -> str:
+        return f"{address.table}_notify"
+
+    def install_notify(self, connection: Any, address: QueueAddress) -> None:
+        with self.transaction(connection) as cur:
+            schema = address.schema or self.default_schema
+            self.execute(cur, "create_lock", {"lock_name": f"sqlqueue:{schema}.{address.table}"})
+            for name in self.notify_ddl:
+                self.execute(cur, name, None, **self.notify_identifiers(address))
+
+    def uninstall_notify(self, connection: Any, address: QueueAddress) -> None:
+        with self.transaction(connection) as cur:
+            self.execute(cur, "drop_notify_trigger", None, **self.notify_identifiers(address))
+
+    def notify_installed(self, cursor: Any, address: QueueAddress) -> bool:
+        return bool(self.scalar(cursor, "notify_installed", {"table": self.qualified(address),
+                                                               "trigger_name": self.notify_trigger_name(address)}))
+
+    def is_wakeup_for(self, payload: str, address: QueueAddress) -> bool:
+        """Whether a wake-up's payload (``["schema", "table"]``) names this queue."""
+        try:
+            return json.loads(payload) == [address.schema or self.default_schema, address.table]
+        except ValueError:
+            return False
+
+    def listen(self, connection: Any) -> None:
+        connection.autocommit = True
+        self.execute(connection.cursor(), "listen")
+
+    def notifications(self, connection: Any, timeout: float) -> list[str]:
+        """Payloads received on a listening connection within ``timeout`` seconds (psycopg 3 or psycopg2)."""
+        if hasattr(connection, "notifies") and callable(connection.notifies):  # psycopg 3
+            return [n.payload for n in connection.notifies(timeout=timeout, stop_after=1)]
+        if select.select([connection], [], [], timeout) == ([], [], []):  # psycopg2: wait on the socket
+            return []
+        connection.poll()
+        found = [n.payload for n in connection.notifies]
+        connection.notifies.clear()
+        return found
 
     def send_many(self, cursor: Any, address: QueueAddress, rows: list[dict[str, Any]]) -> None:
         params = {

@@ -190,3 +190,29 @@ FROM pg_stat_user_tables WHERE schemaname = %(schema_name)s AND relname = %(tabl
 -- vacuum_table --
 -- Reclaim dead tuples left by receives (runs outside a transaction).
 VACUUM (ANALYZE) {queue}
+
+-- create_notify_function --
+-- Push wake-ups (opt-in): one NOTIFY per inserting statement, payload ["schema","table"], channel sqlqueue.
+-- Delivered at commit; what a sender (.NET or this provider) writes is unchanged.
+CREATE OR REPLACE FUNCTION {notify_function}() RETURNS trigger LANGUAGE plpgsql AS $sqlqueue$
+BEGIN
+    PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text);
+    RETURN NULL;
+END
+$sqlqueue$
+
+-- drop_notify_trigger --
+-- Remove a queue's wake-up trigger (also before re-creating it).
+DROP TRIGGER IF EXISTS {notify_trigger} ON {queue}
+
+-- create_notify_trigger --
+-- Fire the wake-up function once per statement that inserts into the queue.
+CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue} FOR EACH STATEMENT EXECUTE FUNCTION {notify_function}()
+
+-- notify_installed --
+-- 1 when the queue's wake-up trigger exists.
+SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND tgname = %(trigger_name)s
+
+-- listen --
+-- Receive the wake-ups of every queue on this connection (filtered by payload).
+LISTEN sqlqueue

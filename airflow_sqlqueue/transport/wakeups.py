@@ -1,0 +1,132 @@
+"""Waiting for the next message on a queue: push wake-ups on PostgreSQL, polling with an idle back-off elsewhere.
+
+On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or
+``enable_notifications``) that sends one ``NOTIFY sqlqueue`` per inserting statement, at commit, whoever the
+sender is (.NET endpoints included: what they write is unchanged). A watcher that finds the trigger listens and
+wakes as soon as a message is committed; it still polls every ``poll_interval`` in case a notification is lost
+(a dropped connection, a sender that bypasses the table's triggers). Without the trigger, and on SQL Server and
+SQLite, the watcher polls: at ``poll_interval`` while messages come, doubling after each empty poll up to
+``max_poll_interval`` while the queue is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from .queue import TableQueue
+from .session import Session, close_quietly
+from .validation import check_seconds
+
+log = logging.getLogger(__name__)
+
+
+class Wakeups:
+    """Tells a watcher of one queue when to look again. Not thread-safe: one watcher, one ``Wakeups``.
+
+    :param poll_interval: seconds between polls while messages arrive (and the fallback period with push).
+    :param max_poll_interval: the longest pause while the queue stays empty (default: 4 x ``poll_interval``);
+        equal to ``poll_interval`` for no back-off.
+    :param push: listen for wake-ups when the queue has the trigger (PostgreSQL); False always polls.
+    """
+
+    def __init__(self, session: Session, queue: TableQueue, poll_interval: float,
+                 max_poll_interval: float | None = None, *, push: bool = True) -> None:
+        check_seconds(poll_interval, "poll_interval")
+        check_seconds(max_poll_interval, "max_poll_interval", allow_none=True)
+        self.poll_interval = float(poll_interval)
+        self.max_poll_interval = 4 * self.poll_interval if max_poll_interval is None else float(max_poll_interval)
+        if self.max_poll_interval < self.poll_interval:
+            raise ValueError(f"max_poll_interval={max_poll_interval} is below poll_interval={poll_interval}; "
+                             "give a value at least as large (or leave it out for 4 x poll_interval)")
+        self.session = session
+        self.queue = queue
+        self.dialect = session.dialect
+        self._want_push = push and self.dialect.supports_notify
+        self._listener: Any = None
+        self._pause = self.poll_interval
+        self._checked = False
+        #: Wake-ups received for this queue (for logs and tests).
+        self.woken = 0
+
+    @property
+    def push(self) -> bool:
+        """Whether this watcher is listening for wake-ups now."""
+        return self._listener is not None
+
+    # -- setup -----------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Listen when the queue has its wake-up trigger (call before the first poll, so no wake-up is missed
+        between that poll and the first wait). Returns whether push is on. Blocks: run it in a thread."""
+        self._checked = True
+        if not self._want_push or self._listener is not None:
+            return self.push
+        address = self.queue.address
+        try:
+            installed = self.session.run(lambda cur: self.dialect.notify_installed(cur, address),
+                                         what=f"wake-up trigger of {self.queue.name!r}", read_only=True)
+            if not installed:
+                return False
+            connection = self.session.dedicated()
+            try:
+                self.dialect.listen(connection)
+            except Exception:
+                close_quietly(connection)
+                raise
+            self._listener = connection
+        except Exception as exc:  # noqa: BLE001 - push is an optimisation: poll instead, say why
+            log.warning("wake-ups for %s are off, polling every %.1f s: %s", self.queue.name, self.poll_interval,
+                        _first_line(exc))
+        return self.push
+
+    def close(self) -> None:
+        """Stop listening (the connection is closed)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            close_quietly(listener)
+
+    # -- waiting ---------------------------------------------------------------------------------
+    def next_pause(self, found: bool) -> float:
+        """The polling pause after a poll that ``found`` messages (or not): the idle back-off."""
+        self._pause = self.poll_interval if found else min(self._pause * 2, self.max_poll_interval)
+        return self.poll_interval if found else self._pause
+
+    def wait(self, found: bool) -> bool:
+        """Block until it is time to poll again; True when a wake-up for this queue came first.
+
+        With push, returns on the first wake-up or after ``poll_interval``; without, sleeps the back-off.
+        """
+        if not self._checked:
+            self.start()
+        if self._listener is None:
+            time.sleep(self.next_pause(found))
+            return False
+        deadline = time.monotonic() + self.poll_interval
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                payloads = self.dialect.notifications(self._listener, left)
+            except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
+                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, _first_line(exc))
+                self.close()
+                self._checked = False
+                return False
+            if any(self.dialect.is_wakeup_for(p, self.queue.address) for p in payloads):
+                self.woken += 1
+                return True
+        return False
+
+    async def wait_async(self, found: bool) -> bool:
+        """``wait`` for an event loop: sleeps on the loop while polling, waits in a thread while listening."""
+        if not self._checked:
+            await asyncio.to_thread(self.start)
+        if self._listener is None:
+            await asyncio.sleep(self.next_pause(found))
+            return False
+        return await asyncio.to_thread(self.wait, found)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

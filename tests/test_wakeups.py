@@ -1,0 +1,176 @@
+"""Push wake-ups on PostgreSQL (the opt-in NOTIFY trigger) and the idle back-off of polling watchers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from airflow_sqlqueue.transport import SqlQueueTransport, ddl_script
+from tests.conftest import PG_URL, make_db
+
+
+@pytest.fixture
+def pg(tmp_path):
+    yield from make_db("postgres", tmp_path)
+
+
+@pytest.fixture
+def lite(tmp_path):
+    yield from make_db("sqlite", tmp_path)
+
+
+def _later(seconds: float, action) -> threading.Thread:
+    timer = threading.Timer(seconds, action)
+    timer.start()
+    return timer
+
+
+def test_a_send_wakes_a_listening_watcher_before_its_poll_interval(pg):
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)  # a poll would take ten minutes: only a wake-up returns early
+    try:
+        assert wakeups.start() and wakeups.push
+        _later(0.2, lambda: t.send(q, b"now"))
+        assert wakeups.wait(found=False) is True
+        assert wakeups.woken == 1
+        [message] = t.receive(q)
+        assert message.body == b"now"
+    finally:
+        wakeups.close()
+
+
+def test_a_dotnet_style_insert_wakes_the_watcher_and_is_stored_unchanged(pg):
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    row_id = uuid.uuid4()
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:  # the column list a 9.x .NET sender writes
+            conn.execute(f'INSERT INTO "{pg.schema}"."orders" (id, expires, headers, body) VALUES (%s, NULL, %s, %s)',  # noqa: S608
+                         (row_id, '{"NServiceBus.MessageId":"m1"}', b"dotnet"))
+        assert wakeups.wait(found=False) is True
+    finally:
+        wakeups.close()
+    [(stored_id, headers, body, expires)] = pg.sql(
+        f'SELECT id, headers, body, expires FROM "{pg.schema}"."orders"')  # noqa: S608
+    assert (stored_id, headers, body, expires) == (row_id, '{"NServiceBus.MessageId":"m1"}', b"dotnet", None)
+
+
+def test_sends_to_other_queues_do_not_wake_the_watcher(pg):
+    t = pg.transport
+    t.create_queue(pg.q("orders"), notify=True)
+    t.create_queue(pg.q("replies"), notify=True)
+    wakeups = t.wakeups(pg.q("orders"), poll_interval=0.5)
+    try:
+        assert wakeups.start()
+        _later(0.1, lambda: t.send(pg.q("replies"), b"not for orders")).join()
+        assert wakeups.wait(found=False) is False  # the poll interval passed, no wake-up for this queue
+        assert wakeups.woken == 0
+    finally:
+        wakeups.close()
+
+
+def test_without_the_trigger_the_watcher_polls_with_an_idle_back_off(pg):
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q)
+    wakeups = t.wakeups(q, poll_interval=1.0, max_poll_interval=5.0)
+    try:
+        assert wakeups.start() is False and not wakeups.push
+        pauses = [wakeups.next_pause(found) for found in (False, False, False, False, True, False)]
+        assert pauses == [2.0, 4.0, 5.0, 5.0, 1.0, 2.0]
+    finally:
+        wakeups.close()
+
+
+def test_disable_removes_the_trigger_and_enable_is_idempotent(pg):
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q)
+    t.enable_notifications(q)
+    t.enable_notifications(q)
+    assert len(pg.sql("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s)", (t.name(q),))) == 1
+    assert t.check(q) == [] or all(f.severity != "error" for f in t.check(q))
+    t.disable_notifications(q)
+    wakeups = t.wakeups(q, poll_interval=0.2)
+    try:
+        assert wakeups.start() is False
+    finally:
+        wakeups.close()
+
+
+def test_a_lost_listener_falls_back_to_polling_then_listens_again(pg):
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        pid = wakeups._listener.info.backend_pid
+        pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+        assert wakeups.wait(found=False) is False and not wakeups.push  # lost: told, not raised
+        _later(0.3, lambda: t.send(q, b"after"))
+        assert wakeups.wait(found=False) is True  # listening again on a new connection
+    finally:
+        wakeups.close()
+
+
+def test_notify_is_refused_where_there_is_no_listen(lite):
+    t = lite.transport
+    with pytest.raises(ValueError, match="LISTEN/NOTIFY"):
+        t.create_queue("orders", notify=True)
+    assert not t.exists("orders"), "a refused create changes nothing"
+    with pytest.raises(ValueError, match="LISTEN/NOTIFY"):
+        ddl_script("mssql", ["orders"], notify=True)
+    wakeups = t.wakeups("orders", poll_interval=0.5)
+    assert wakeups.start() is False
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), "soon"])
+def test_bad_intervals_are_refused(lite, bad):
+    with pytest.raises(ValueError):
+        lite.transport.wakeups("orders", poll_interval=bad)
+
+
+def test_max_poll_interval_below_poll_interval_is_refused(lite):
+    with pytest.raises(ValueError, match="max_poll_interval"):
+        lite.transport.wakeups("orders", poll_interval=5, max_poll_interval=1)
+
+
+def test_the_ddl_script_installs_the_trigger_when_a_dba_runs_it(pg):
+    q = pg.q("orders")
+    script = ddl_script("postgres", [q], notify=True)
+    assert f'CREATE TRIGGER "orders_notify" AFTER INSERT ON {q} FOR EACH STATEMENT' in script
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(script)
+    wakeups = pg.transport.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        _later(0.2, lambda: pg.transport.send(q, b"x"))
+        assert wakeups.wait(found=False) is True
+    finally:
+        wakeups.close()
+
+
+def test_async_wait_wakes_on_send(pg):
+    import asyncio
+
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    other = SqlQueueTransport.from_url(PG_URL)
+
+    async def scenario() -> bool:
+        wakeups = t.wakeups(q, poll_interval=600)
+        try:
+            await asyncio.to_thread(wakeups.start)
+            asyncio.get_running_loop().call_later(0.2, lambda: other.send(q, b"x"))
+            return await wakeups.wait_async(found=False)
+        finally:
+            wakeups.close()
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        other.close()
