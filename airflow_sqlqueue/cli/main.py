@@ -12,8 +12,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from airflow_sqlqueue.transport.redaction import scrub
+
 from . import commands
-from .errors import OK, exit_code, one_line, scrub
+from .errors import OK, exit_code, one_line
 from .parser import build_parser
 
 

@@ -6,8 +6,7 @@ import argparse
 from typing import NoReturn
 
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
-
-from .errors import scrub
+from airflow_sqlqueue.transport.redaction import scrub
 
 MODES = ("receive-only", "sends-atomic-with-receive", "none")
 
