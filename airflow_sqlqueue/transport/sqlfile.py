@@ -6,8 +6,8 @@ Format (as procrastinate's ``queries.sql``)::
     -- Delete up to %(batch_size)s of the oldest unlocked rows and return them.
     DELETE FROM {queue} ...
 
-Values are always parameters written ``%(name)s``; ``{name}`` marks an identifier that the dialect quotes
-before it is put into the text. Nothing else is ever formatted into SQL.
+Values are always parameters written ``%(name)s`` (``%(name)b``: sent in binary, psycopg 3 only); ``{name}``
+marks an identifier that the dialect quotes before it is put into the text. Nothing else is ever formatted into SQL.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z_0-9]+) --\s*$")
-_PARAM = re.compile(r"%\((\w+)\)s|%%")
+_PARAM = re.compile(r"%\((\w+)\)[sb]|%%")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class Statement:
     text: str
 
     def convert(self, sql: str, paramstyle: str) -> tuple[str, list[str] | None]:
-        """Rewrite ``%(name)s`` for the driver's paramstyle; return (sql, ordered names for qmark)."""
+        """Rewrite ``%(name)s`` (and ``%(name)b``) for the driver's paramstyle; return (sql, ordered names for
+        qmark)."""
         if paramstyle == "pyformat":
             return sql, None
         names: list[str] = []

@@ -145,7 +145,8 @@ class PostgresDialect(Dialect):
             "headers": [r["headers"] for r in rows],
             "bodies": [r["body"] for r in rows],
         }
-        self.execute(cursor, "send_many", params, **self.identifiers(address))
+        binary = type(cursor).__module__.split(".")[0] == "psycopg"  # psycopg 3 takes %(name)b; psycopg2 does not
+        self.execute(cursor, "send_many_binary" if binary else "send_many", params, **self.identifiers(address))
 
     def seq_list_param(self, seqs: list[int]) -> Any:
         return [int(s) for s in seqs]

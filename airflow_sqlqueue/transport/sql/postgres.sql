@@ -67,6 +67,18 @@ FROM unnest(%(ids)s::uuid[], %(ttbr_ms)s::bigint[], %(headers)s::text[], %(bodie
      WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
 ORDER BY m.ord
 
+-- send_many_binary --
+-- send_many with its arrays sent in binary (psycopg 3): no hex text for bodies, no parsing of UUIDs by the server.
+INSERT INTO {queue} (id, expires, headers, body)
+SELECT m.id,
+       CASE WHEN m.ttbr_ms IS NULL THEN NULL
+            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
+       m.headers,
+       m.body
+FROM unnest(%(ids)b::uuid[], %(ttbr_ms)b::bigint[], %(headers)b::text[], %(bodies)b::bytea[])
+     WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
+ORDER BY m.ord
+
 -- insert_raw --
 -- Copy a row unchanged (same Id, no Expires): error queue moves and retries.
 INSERT INTO {queue} (id, expires, headers, body) VALUES (%(id)s::uuid, NULL, %(headers)s, %(body)s)
