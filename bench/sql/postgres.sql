@@ -13,26 +13,27 @@ VALUES (
     %(body)s)
 
 -- send_many --
--- A batch in one statement and one round trip, in list order.
+-- A batch in one statement and one round trip, in list order; arrays bound in binary (the fastest plain SQL
+-- we found: COPY ... FORMAT BINARY was no faster for batches of 100 and 1,000).
 INSERT INTO {queue} (id, expires, headers, body)
 SELECT m.id,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
             ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
        m.headers,
        m.body
-FROM unnest(%(ids)s::uuid[], %(ttbr_ms)s::bigint[], %(headers)s::text[], %(bodies)s::bytea[])
+FROM unnest(%(ids)b::uuid[], %(ttbr_ms)b::bigint[], %(headers)b::text[], %(bodies)b::bytea[])
      WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
 ORDER BY m.ord
 
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest unlocked rows and return them.
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
-RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
+RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- lock_batch --
 -- Lock up to %(batch_size)s of the oldest unlocked rows (the handler path deletes them at the end).
-SELECT id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- delete_by_seqs --
