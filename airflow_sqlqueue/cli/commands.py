@@ -87,7 +87,8 @@ def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
         existed = transport.exists(name)
         transport.create_queue(name, delayed=args.delayed, notify=args.notify)
         if args.json:
-            emit_json({"queue": name, "created": not existed, "delayed": args.delayed, "notify": args.notify})
+            emit_json({"queue": name, "created": not existed, "delayed": args.delayed,
+                       **({"notify": True} if args.notify else {})})
         else:
             print((f"{name} already exists" if existed else f"created {name}")
                   + (" (with its delayed table)" if args.delayed else "")
