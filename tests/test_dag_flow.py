@@ -121,4 +121,5 @@ def test_deferrable_sensor_runs_the_trigger_then_drains(airflow_db, flow_queue, 
     # peek 1: the sensor's own check before deferring; peek 2: the trigger's first poll; then the rest arrive
     spy = _run_and_check("sqlqueue_sensor_flow_deferrable", flow_queue, monkeypatch, send_after=2)
     assert spy.depths[:3] == [FIRST, FIRST, MIN_MESSAGES]
-    assert runs == [{"conn_id": CONN_ID, "queue": QUEUE, "min_messages": MIN_MESSAGES, "poll_interval": 0.2}]
+    assert runs == [{"conn_id": CONN_ID, "queue": QUEUE, "min_messages": MIN_MESSAGES, "poll_interval": 0.2,
+                     "max_poll_interval": None}]
