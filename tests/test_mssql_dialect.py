@@ -623,6 +623,18 @@ def test_check_healthy_queue_has_no_findings() -> None:
     assert _check(old, HEALTHY_INDEXES) == {}
 
 
+def test_check_compares_catalog_names_without_case() -> None:
+    """An engine that reports lower-case names (as Babelfish may) is as healthy as SQL Server."""
+    columns = [(name.lower(), type_name.upper(), size, nullable) for name, type_name, size, nullable in HEALTHY_COLUMNS]
+    indexes = [(name.lower(), column.lower(), kind.lower(), has_filter)
+               for name, column, kind, has_filter in HEALTHY_INDEXES]
+    assert _check(columns, indexes) == {}
+    clustered = [HEALTHY_INDEXES[0], ("index_rowversion", "rowversion", "CLUSTERED", False)]
+    assert _check(HEALTHY_COLUMNS, clustered)["clustered_seq_index"].repair == ("migrate_rowversion_index",)
+    conn = RecordingMssqlConnection([("sys.tables", [("DBO", "orders")])])
+    assert MSSQL.discover(conn.cursor()) == [QueueAddress("orders")]
+
+
 def test_check_findings_and_repairs() -> None:
     columns = [c for c in HEALTHY_COLUMNS if c[0] != "CorrelationId"]
     columns = [("Headers", "varchar", -1, False) if c[0] == "Headers" else

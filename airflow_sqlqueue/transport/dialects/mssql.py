@@ -355,7 +355,9 @@ class MssqlDialect(Dialect):
 
     def discover(self, cursor: Any) -> list[QueueAddress]:
         rows = self.execute(cursor, "discover_queues").fetchall()
-        return [QueueAddress(table, None if schema == self.default_schema else schema) for schema, table in rows]
+        # catalog names compare as SQL Server's default collation does: without case
+        return [QueueAddress(table, None if schema.lower() == self.default_schema else schema)
+                for schema, table in rows]
 
     def check(self, cursor: Any, address: QueueAddress) -> list[Finding]:
         """Findings: columns and types, varchar Headers, RowVersion index (missing or CLUSTERED), Expires
@@ -364,10 +366,11 @@ class MssqlDialect(Dialect):
         where = {"schema_name": address.schema or self.default_schema, "table_name": address.table}
         queue = self.format_address(address)
         findings: list[Finding] = []
-        columns = {name: (type_name, int(max_length)) for name, type_name, max_length, _ in
+        # names and types compared without case, as the server's collation does (Babelfish may lower-case them)
+        columns = {name.lower(): (type_name.lower(), int(max_length)) for name, type_name, max_length, _ in
                    self.execute(cursor, "list_columns", where, **ids).fetchall()}
         for column, expected in EXPECTED_COLUMNS.items():
-            actual = columns.get(column)
+            actual = columns.get(column.lower())
             if actual is None:
                 if column not in OPTIONAL_COLUMNS:
                     findings.append(Finding(queue, "missing_column", f"column {column} ({expected}) is missing"))
@@ -384,21 +387,23 @@ class MssqlDialect(Dialect):
                                         f"column {column} is {expected}({actual[1]} bytes), expected "
                                         f"{expected}(max)"))
         indexes = self.execute(cursor, "list_indexes", where, **ids).fetchall()
-        on_seq = [row for row in indexes if row[1] == "RowVersion"]
+        indexes = [(name, (column or "").lower(), (kind or "").upper(), filtered)
+                   for name, column, kind, filtered in indexes]
+        on_seq = [row for row in indexes if row[1] == "rowversion"]
         if not on_seq:
             findings.append(Finding(queue, "missing_seq_index",
                                     "no index on RowVersion: every receive and peek scans the table",
                                     ("create_queue_seq_index",)))
         elif not any(row[2] == "NONCLUSTERED" for row in on_seq):
             clustered = next(row for row in on_seq if row[2] == "CLUSTERED")
-            named = clustered[0] == self.index_name(address, "seq")
+            named = clustered[0].lower() == self.index_name(address, "seq").lower()
             findings.append(Finding(
                 queue, "clustered_seq_index",
                 f"index {clustered[0]} on RowVersion is CLUSTERED (tables made before 2020): it causes latch "
                 "contention above ~8 concurrent receivers; make it NONCLUSTERED"
                 + ("" if named else " (drop it by hand: the repair only knows Index_RowVersion)"),
                 ("migrate_rowversion_index",) if named else ()))
-        if not any(row[1] == "Expires" for row in indexes):
+        if not any(row[1] == "expires" for row in indexes):
             findings.append(Finding(queue, "missing_expires_index",
                                     "no index on Expires: purging expired messages scans the table",
                                     ("create_queue_expires_index",)))
