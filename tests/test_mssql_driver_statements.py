@@ -226,3 +226,102 @@ def test_numbered_parameters_follow_the_repeated_fragment() -> None:
     assert numbered([{"seq": 4}, {"seq": 5}]) == {"seq_0": 4, "seq_1": 5}
     with pytest.raises(ValueError, match="at least one"):
         TRANSPORT["delete_by_seq_list"].repeated("seqs", TRANSPORT["seq_item"], 0)
+
+
+# -- the same, through the operations the real-server suite runs ------------------------------------------------
+class FakePymssqlConnection:
+    """Not pymssql: records what the transport hands the driver (no SQL Server runs here). Answers the few
+    catalog reads the operations need (the queue exists, has Recoverable, level 160) and nothing else."""
+
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        self.calls = calls
+
+    def autocommit(self, status: bool) -> None:
+        pass
+
+    def cursor(self) -> FakePymssqlCursor:
+        return FakePymssqlCursor(self.calls)
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FakePymssqlCursor(RecordingCursor):
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        super().__init__()
+        self.calls = calls
+        self.rows: list[tuple] = []
+
+    def execute(self, sql: str, params: Any = _mssql.NoParams) -> None:
+        self.calls.append((sql, params))
+        wire = sql if params is _mssql.NoParams else _pymssql_wire(sql, params)
+        self.rows = ([(160, "Microsoft SQL Server 2022")] if "compatibility_level" in wire else
+                     [(1, 1)] if "COL_LENGTH(" in wire else
+                     [(1,)] if "COUNT(*)" in wire else [])
+        self.rowcount = 0
+
+    def fetchone(self) -> tuple | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple]:
+        return list(self.rows)
+
+    def __iter__(self) -> Any:
+        return iter(list(self.rows))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("level", [160, 120])
+def test_operations_send_every_statement_as_written_for_an_odd_queue_name(level: int) -> None:
+    from airflow_sqlqueue.dashboard import failed as dashboard_failed
+    from airflow_sqlqueue.maintenance import health
+    from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+
+    calls: list[tuple[str, Any]] = []
+    queue = QueueAddress("q %(id)s ]'x %d")
+    samples = QueueAddress("samples %(conn_id)s ]")
+    error = QueueAddress("err %(headers)s")
+    dialect = MssqlDialect()
+    transport = SqlQueueTransport(lambda: FakePymssqlConnection(calls), dialect,
+                                  error_queue=dialect.format_address(error))
+    name = transport.name(queue)
+    transport.send(name, OutgoingMessage(b"1", {"n": "%(id)s"}, time_to_be_received=5))
+    dialect.compatibility_level = min(dialect.compatibility_level or level, level)
+    transport.send_many(name, [OutgoingMessage(b"2", {"n": "2"}), OutgoingMessage(None, {"n": "3"})])
+    transport.send(name, OutgoingMessage(b"d", {"n": "d"}, delay=60))
+    transport.peek(name)
+    transport.browse(name)
+    transport.purge_expired(name)
+    transport.move_due_delayed(name)
+    transport.process(name, lambda m, c: None, mode="sends-atomic-with-receive")
+    transport.receive(name, 5)
+    transport.check(name)
+    transport.discover()
+    transport.retry_errors()
+    health.record_samples(transport, [{"conn_id": "c", "queue": name, "depth": 1, "oldest_age_seconds": None}],
+                          dialect.format_address(samples), retention_days=1)
+    health.recent_samples(transport, dialect.format_address(samples), "c", name, datetime.datetime(2026, 1, 1))
+    dashboard_failed.failed_groups(transport, transport.name(error))
+    with pytest.raises(LookupError):
+        dashboard_failed.delete_messages(transport, transport.name(error), [uuid.UUID(int=1)])
+    expected = {(a.table, "dbo") for a in (queue, dialect.delayed_address(queue), samples, error)}
+    seen: set[tuple[str, str]] = set()
+    for sql, params in calls:
+        wire = sql if params is _mssql.NoParams else _pymssql_wire(sql, params)
+        if wire.startswith(("SAVE TRANSACTION", "SET TRANSACTION")):
+            continue
+        for tree in sqlglot.parse(wire, read="tsql"):
+            for table in tree.find_all(exp.Table):
+                if table.db == "dbo":
+                    assert (table.name, table.db) in expected, f"a mangled name in {wire!r}"
+                    seen.add((table.name, table.db))
+    assert seen == expected
+    assert ("OPENJSON" in "".join(s for s, _ in calls)) is (level >= 130)
