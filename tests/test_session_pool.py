@@ -96,6 +96,7 @@ class FakePymssqlConnection:
     def __init__(self, number: int) -> None:
         self.number = number
         self.poisoned = False
+        self.fail_next_commit = False  # the commit fails once; the rollback works
         self.closed = False
         self.commits = 0
 
@@ -106,6 +107,9 @@ class FakePymssqlConnection:
         return FakeCursor(self)
 
     def commit(self) -> None:
+        if self.fail_next_commit:
+            self.fail_next_commit = False
+            raise pymssql.OperationalError(3902, b"COMMIT can only be used in transaction blocks")
         if self.poisoned:
             raise pymssql.OperationalError(3902, b"COMMIT can only be used in transaction blocks")
         self.commits += 1
@@ -165,3 +169,18 @@ def test_mssql_a_failed_commit_closes_the_connection() -> None:
     assert made[0].closed and session._idle == []
     session.run(lambda cur: cur.execute("SELECT 1"))
     assert len(made) == 2 and not made[1].closed
+
+
+def test_mssql_a_failed_commit_inside_a_connection_block_closes_it() -> None:
+    """DDL runs in ``Session.connection()`` with the dialect's own transaction; its failed commit discards too."""
+    session, made = _mssql_session()
+    with session.connection() as connection:  # configure() ran; a clean block keeps the connection
+        pass
+    assert session._idle == [made[0]]
+    with pytest.raises(pymssql.OperationalError, match="COMMIT can only be used"):
+        with session.connection() as connection, session.dialect.transaction(connection) as cur:
+            cur.execute("SELECT 1")
+            connection.fail_next_commit = True  # the commit at the end of the block fails, the rollback works
+    assert made[0].closed and session._idle == []
+    with session.connection() as connection:
+        assert connection is made[1]
