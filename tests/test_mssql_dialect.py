@@ -331,6 +331,14 @@ def test_identifiers_with_brackets_are_doubled_and_percent_goes_in_verbatim() ->
     assert "[s]]c].[we]]ird %(batch_size)s]" in sql and args == (5,) and sql.count("?") == 1
 
 
+def test_purge_skips_rows_receivers_hold_on_both_sides() -> None:
+    """Receivers hold rows with UPDLOCK, which a plain READPAST read does not skip (U and S locks are
+    compatible): the DELETE itself must read past them, or a purge waits for a receiver's transaction."""
+    sql = MSSQL.render("purge_expired", **MSSQL.identifiers(QueueAddress("q")))
+    assert sql.startswith("DELETE FROM [dbo].[q] WITH (READPAST)\n")
+    assert "FROM [dbo].[q] WITH (READPAST)\n                     WHERE Expires < GETUTCDATE()" in sql
+
+
 def test_receive_statement_shape() -> None:
     sql = MSSQL.render("receive_batch", **MSSQL.identifiers(QueueAddress("q")))
     assert "TOP (%(batch_size)s)" in sql and "ORDER BY RowVersion" in sql
