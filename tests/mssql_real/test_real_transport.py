@@ -263,6 +263,13 @@ def test_queue_names_with_brackets_percent_and_quotes(transport: SqlQueueTranspo
         drop_tables(odd)
 
 
+def _autocommit(connection: Any) -> None:
+    if callable(getattr(connection, "autocommit", None)):
+        connection.autocommit(True)  # pymssql: a method
+    else:
+        connection.autocommit = True  # pyodbc: an attribute
+
+
 def test_least_privilege_login_sends_and_receives(transport: SqlQueueTransport, names: Names, server: Any) -> None:
     """A login with SELECT, INSERT and DELETE on the queue tables, and nothing else, can send and receive."""
     queue, replies = names("lp"), names("lp_replies")
@@ -271,6 +278,7 @@ def test_least_privilege_login_sends_and_receives(transport: SqlQueueTransport, 
     password = "Aa1!" + secrets.token_urlsafe(16)
     dialect = new_dialect()
     admin = connect()
+    _autocommit(admin)  # CREATE LOGIN and CREATE USER outside a transaction
     cur = admin.cursor()
     try:
         try:
