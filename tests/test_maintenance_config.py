@@ -125,9 +125,8 @@ def test_mssql_health_sample_statements_parse_as_tsql() -> None:
     samples = health.SamplesTable(get_dialect("mssql"), "sqlqueue_health_samples@[ops]")
     assert samples.identifiers["samples"].endswith("[ops].[sqlqueue_health_samples]")
     for name, statement in health._statements("mssql").items():
-        text = health._SLOT.sub(lambda m: samples.identifiers[m.group(1)], statement.text)
-        sql, _ = statement.convert(text, "qmark")
-        assert sqlglot.parse(sql, read="tsql"), name
+        sql = statement.compile("qmark").fill(samples.identifiers)
+        assert sqlglot.parse(sql, read="tsql"), name  # each driver's text: tests/test_mssql_driver_statements.py
 
 
 def test_health_report_warns_instead_of_failing_and_survives_a_broken_alert_callback(

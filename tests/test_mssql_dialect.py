@@ -15,13 +15,11 @@ from typing import Any
 
 import pymssql
 import pytest
-import sqlglot
 from pymssql import _mssql
-from sqlglot import exp
 
 from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects import get_dialect
-from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect, error_number
+from airflow_sqlqueue.transport.dialects.mssql import IN_LIST_CHUNK, VALUES_CHUNK, MssqlDialect, error_number
 from airflow_sqlqueue.transport.errors import PermissionDeniedError, QueueNotFoundError
 
 MSSQL = MssqlDialect()
@@ -33,84 +31,32 @@ ODD_ADDRESSES = [
     QueueAddress("名前 queue", "x]]y'z", None),
     QueueAddress("a'b]c", None, "db ]"),
 ]
-
-#: Statements sqlglot's tsql grammar cannot build a tree for (checked by tokens and shape instead), and why.
-NOT_PARSED = {
-    "savepoint": "sqlglot has no grammar for SAVE TRANSACTION",
-}
-#: Statements sqlglot accepts only as an opaque Command (no tree), and why.
-COMMANDS = {
-    "rebuild_heap": "sqlglot parses ALTER TABLE ... REBUILD only as a Command",
-    "vacuum_table": "sqlglot parses ALTER INDEX ... REORGANIZE only as a Command",
-}
-_PARAM = re.compile(r"%\((\w+)\)s|%%")
+_PARAM = re.compile(r"%\((\w+)\)s")
+#: Slots that take repeated fragments (rows of a VALUES list, items of an IN list), not identifiers.
+REPEAT_SLOTS = {"rows", "seqs"}
 
 
 def _slots(dialect: MssqlDialect, address: QueueAddress) -> dict[str, str]:
     return {**dialect.identifiers(address), "savepoint": dialect.quote("sqlqueue_0]x")}
 
 
-def _for_parser(sql: str, paramstyle: str) -> str:
-    """The statement as the server sees it: pyformat parameters become T-SQL variables, ``%%`` a ``%``."""
-    if paramstyle == "qmark":
-        return sql  # '?' markers are what pyodbc sends; sqlglot reads them as placeholders
-    return _PARAM.sub(lambda m: "%" if m.group(0) == "%%" else "@" + m.group(1), sql)
-
-
-def _expected_tables(dialect: MssqlDialect, name: str, address: QueueAddress) -> set[tuple[str, str, str]]:
-    text = dialect.statements[name].text
-    wanted = set()
-    catalog = address.catalog or dialect.default_catalog or ""
-    for slot, target in (("{queue}", address), ("{delayed}", dialect.delayed_address(address))):
-        if slot in text:
-            wanted.add((target.table, target.schema or "dbo", catalog))
-    return wanted
-
-
-# -- (a) every statement parses with sqlglot's tsql grammar -------------------------------------------
-@pytest.mark.parametrize("paramstyle", ["pyformat", "qmark"])
-@pytest.mark.parametrize("address", ODD_ADDRESSES, ids=lambda a: repr(a.table))
-@pytest.mark.parametrize("name", sorted(MSSQL.statements))
-def test_statement_parses_as_tsql(name: str, address: QueueAddress, paramstyle: str) -> None:
-    dialect = MssqlDialect(paramstyle)
-    sql, args = dialect.prepare(name, _sample_params(name), _slots(dialect, address))
-    if paramstyle == "qmark":  # no marker left behind, none taken from inside an identifier
-        assert _PARAM.sub("", sql.replace(dialect.quote(address.table), "")).count("%(") == 0
-        assert sql.count("?") == len(args)
-    text = _for_parser(sql, paramstyle)
-    if name in NOT_PARSED:
-        with pytest.raises(sqlglot.errors.ParseError):
-            sqlglot.parse(text, read="tsql")
-        tokens = sqlglot.tokenize(text, read="tsql")
-        assert [t.text.upper() for t in tokens[:2]] == ["SAVE", "TRANSACTION"]
-        assert [(t.token_type.name, t.text) for t in tokens[2:]] == [("IDENTIFIER", "sqlqueue_0]x")]
-        return
-    trees = sqlglot.parse(text, read="tsql")
-    assert trees and all(tree is not None for tree in trees)
-    if name in COMMANDS:
-        assert all(isinstance(tree, exp.Command) for tree in trees)
-        names = {t.text for t in sqlglot.tokenize(text, read="tsql") if t.token_type.name == "IDENTIFIER"}
-        assert address.table in names and (address.schema or "dbo") in names
-        return
-    assert not any(isinstance(tree, exp.Command) for tree in trees), f"{name} fell back to an opaque Command"
-    found = {(t.name, t.db, t.catalog) for tree in trees for t in tree.find_all(exp.Table)}
-    assert _expected_tables(dialect, name, address) <= found
-
-
-def test_parse_allowlists_are_real_statements() -> None:
-    assert set(NOT_PARSED) | set(COMMANDS) <= set(MSSQL.statements)
+# Every statement parsed by sqlglot's tsql grammar, as each driver sends it: tests/test_mssql_driver_statements.py
 
 
 # -- (b) the statement set --------------------------------------------------------------------------
+#: PostgreSQL features SQL Server has no counterpart for: LISTEN/NOTIFY wake-ups, psycopg 3's binary parameters.
+POSTGRES_ONLY = {*POSTGRES.notify_ddl, "notify_installed", "listen", "send_many_binary"}
+
+
 def test_covers_every_postgres_statement() -> None:
-    assert set(POSTGRES.statements) - set(MSSQL.statements) == set()
+    assert set(POSTGRES.statements) - set(MSSQL.statements) == POSTGRES_ONLY
 
 
 def test_every_statement_has_a_description_and_no_stray_slot() -> None:
     known = set(_slots(MSSQL, ODD_ADDRESSES[0]))
     for statement in MSSQL.statements.values():
         assert statement.description, statement.name
-        assert set(re.findall(r"\{(\w+)\}", statement.text)) <= known, statement.name
+        assert set(re.findall(r"\{(\w+)\}", statement.text)) <= known | REPEAT_SLOTS, statement.name
 
 
 def test_queue_ddl_matches_nservicebus() -> None:
@@ -251,14 +197,85 @@ def _pymssql_error(cls: type[Exception], number: int, text: str) -> Exception:
 
 @pytest.mark.parametrize("flavour", ["pymssql", "pyodbc"])
 def test_configure_sets_read_committed_and_autocommit_off(flavour: str) -> None:
-    conn = RecordingMssqlConnection(flavour=flavour)
-    MSSQL.configure(conn)
-    assert conn.sql_texts() == ["SET TRANSACTION ISOLATION LEVEL READ COMMITTED"]
+    conn = RecordingMssqlConnection([("compatibility_level", [(160, "Microsoft SQL Server 2022")])], flavour=flavour)
+    dialect = MssqlDialect()
+    dialect.configure(conn)
+    assert conn.sql_texts()[0] == "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    assert "compatibility_level" in conn.sql_texts()[1] and "@@VERSION" in conn.sql_texts()[1]
     if flavour == "pymssql":
         assert conn.autocommit_state is False
     else:
         assert conn.autocommit is False
     assert conn.events[-1] == "commit"
+    assert dialect.compatibility_level == 160 and dialect.uses_openjson
+
+
+SERVERS = {
+    "sql-server-2022": ([(160, "Microsoft SQL Server 2022 (RTM) - 16.0.1000.6")], True),
+    "level-120": ([(120, "Microsoft SQL Server 2019 (RTM-CU22) - 15.0.4322.2")], False),
+    "babelfish": ([(150, "Babelfish for PostgreSQL with SQL Server Compatibility - 12.0.2000.8\n4.3.0")], False),
+    "unreadable": (_pymssql_error(pymssql.OperationalError, 229, "The SELECT permission was denied."), False),
+}
+
+
+def _configured(answer: Any) -> MssqlDialect:
+    dialect = MssqlDialect()
+    dialect.configure(RecordingMssqlConnection([("compatibility_level", answer)]))
+    return dialect
+
+
+@pytest.mark.parametrize("server", SERVERS, ids=SERVERS)
+def test_batch_statements_follow_the_compatibility_level(server: str) -> None:
+    answer, openjson = SERVERS[server]
+    dialect = _configured(answer)
+    assert dialect.uses_openjson is openjson
+    rows = [{"id": str(uuid.UUID(int=i)), "headers": SECRET_HEADERS, "body": bytes([i % 256]), "ttbr_ms": i or None}
+            for i in range(VALUES_CHUNK + 1)]
+    conn = RecordingMssqlConnection(_recoverable_present())
+    dialect.send_many(conn.cursor(), QueueAddress("orders"), rows)
+    dialect.delete_seqs(conn.cursor(), QueueAddress("orders"), list(range(1, IN_LIST_CHUNK + 2)))
+    inserts = [(sql, p) for sql, p in conn.executed if sql.startswith("INSERT")]
+    deletes = [(sql, p) for sql, p in conn.executed if sql.startswith("DELETE")]
+    if openjson:
+        assert len(inserts) == 1 and "OPENJSON" in inserts[0][0] and len(deletes) == 1
+        return
+    assert not any("OPENJSON" in sql for sql, _ in conn.executed)
+    # VALUES rows: at most 400 messages (2000 parameters) per statement, in order, values only as parameters
+    assert [len(p) for _, p in inserts] == [5 * VALUES_CHUNK, 5]
+    assert "FROM (VALUES" in inserts[0][0] and "Secret.Type" not in inserts[0][0]
+    sent = [inserts[0][1][f"id_{i}"] for i in range(VALUES_CHUNK)] + [inserts[1][1]["id_0"]]
+    assert sent == [r["id"] for r in rows]
+    assert inserts[1][1]["n_0"] == 0 and inserts[1][1]["body_0"] == bytes([VALUES_CHUNK % 256])
+    # IN lists of at most 1000 positions
+    assert [len(p) for _, p in deletes] == [IN_LIST_CHUNK, 1]
+    assert "WHERE RowVersion IN (CAST(%(seq_0)s AS bigint), CAST(%(seq_1)s AS bigint)" in deletes[0][0]
+    assert deletes[1][1] == {"seq_0": IN_LIST_CHUNK + 1}
+
+
+def test_values_batch_in_qmark_binds_five_values_per_message() -> None:
+    dialect = MssqlDialect("qmark")
+    dialect.configure(RecordingMssqlConnection([("compatibility_level", [(110, "Microsoft SQL Server 2012")])]))
+    conn = RecordingMssqlConnection(_recoverable_present(), flavour="pyodbc")
+    rows = [{"id": str(uuid.UUID(int=i)), "headers": "{}", "body": None, "ttbr_ms": 5} for i in range(3)]
+    dialect.send_many(conn.cursor(), QueueAddress("orders"), rows)
+    sql, params = conn.executed[-1]
+    assert sql.count("?") == len(params) == 15
+    assert params[:5] == (0, rows[0]["id"], 5, "{}", None)
+
+
+def test_old_table_uses_the_values_variant_without_recoverable() -> None:
+    dialect = _configured([(120, "Microsoft SQL Server")])
+    conn = RecordingMssqlConnection([("COL_LENGTH(", [(0, 1)])])
+    dialect.send_many(conn.cursor(), QueueAddress("legacy"), [{"id": "x", "headers": "{}", "body": None,
+                                                               "ttbr_ms": None}])
+    assert "Recoverable" not in conn.sql_texts()[-1] and "FROM (VALUES" in conn.sql_texts()[-1]
+
+
+def test_the_lowest_level_of_any_connection_wins() -> None:
+    dialect = _configured([(150, "Microsoft SQL Server")])
+    dialect.configure(RecordingMssqlConnection([("compatibility_level", [(100, "Microsoft SQL Server")])]))
+    dialect.configure(RecordingMssqlConnection([("compatibility_level", [(160, "Microsoft SQL Server")])]))
+    assert dialect.compatibility_level == 100 and not dialect.uses_openjson
 
 
 SECRET_HEADERS = json.dumps({"NServiceBus.EnclosedMessageTypes": "Secret.Type', 'x'); DROP TABLE y; --"})
@@ -294,24 +311,36 @@ def test_pyodbc_qmark_parameters_are_ordered_tuples() -> None:
     cur = conn.cursor()
     dialect.execute(cur, "send", _send_params(dialect, 1234), **dialect.identifiers(QueueAddress("orders")))
     sql, params = conn.executed[-1]
-    assert "%(" not in sql and "%%" not in sql and "% 86400000" in sql
-    assert params == (str(uuid.UUID(int=42)), 1234, 1234, 1234, SECRET_HEADERS, SECRET_BODY)
+    assert "%" not in sql and "- CAST(? AS bigint) / 86400000 * 86400000" in sql
+    assert params == (str(uuid.UUID(int=42)), 1234, 1234, 1234, 1234, SECRET_HEADERS, SECRET_BODY)
     assert sql.count("?") == len(params)
     # the Recoverable probe is a qmark statement too
     probe_sql, probe_params = conn.executed[0]
     assert "?" in probe_sql and probe_params == ("[dbo].[orders]", "Recoverable", "[dbo].[orders]")
 
 
-def test_identifiers_with_brackets_are_doubled_and_percent_survives() -> None:
+def test_identifiers_with_brackets_are_doubled_and_percent_goes_in_verbatim() -> None:
     conn = RecordingMssqlConnection(_recoverable_present())
-    address = QueueAddress("we]ird %d", "s]c")
+    address = QueueAddress("we]ird %(batch_size)s", "s]c")
     MSSQL.execute(conn.cursor(), "receive_batch", {"batch_size": 5}, **MSSQL.identifiers(address))
     sql, params = conn.executed[-1]
-    assert "FROM [s]]c].[we]]ird %%d] WITH (UPDLOCK, READPAST, ROWLOCK)" in sql  # %% for the driver
-    assert params == {"batch_size": 5}
+    # pymssql has no escape for '%': the values are formatted in by its own function, nothing left to substitute
+    assert "SELECT TOP (5) *" in sql and "FROM [s]]c].[we]]ird %(batch_size)s] WITH (UPDLOCK, READPAST, ROWLOCK)" in sql
+    assert params is None
+    plain = RecordingMssqlConnection()
+    MSSQL.execute(plain.cursor(), "receive_batch", {"batch_size": 5}, **MSSQL.identifiers(QueueAddress("a]b")))
+    assert plain.executed[-1][1] == {"batch_size": 5} and "%(batch_size)s" in plain.executed[-1][0]
     qmark = MssqlDialect("qmark")
     sql, args = qmark.prepare("receive_batch", {"batch_size": 5}, qmark.identifiers(address))
-    assert "[s]]c].[we]]ird %d]" in sql and args == (5,)
+    assert "[s]]c].[we]]ird %(batch_size)s]" in sql and args == (5,) and sql.count("?") == 1
+
+
+def test_purge_skips_rows_receivers_hold_on_both_sides() -> None:
+    """Receivers hold rows with UPDLOCK, which a plain READPAST read does not skip (U and S locks are
+    compatible): the DELETE itself must read past them, or a purge waits for a receiver's transaction."""
+    sql = MSSQL.render("purge_expired", **MSSQL.identifiers(QueueAddress("q")))
+    assert sql.startswith("DELETE FROM [dbo].[q] WITH (READPAST)\n")
+    assert "FROM [dbo].[q] WITH (READPAST)\n                     WHERE Expires < GETUTCDATE()" in sql
 
 
 def test_receive_statement_shape() -> None:
@@ -604,6 +633,18 @@ def test_check_healthy_queue_has_no_findings() -> None:
     assert _check(HEALTHY_COLUMNS, HEALTHY_INDEXES) == {}
     old = [c for c in HEALTHY_COLUMNS if c[0] != "Recoverable"]
     assert _check(old, HEALTHY_INDEXES) == {}
+
+
+def test_check_compares_catalog_names_without_case() -> None:
+    """An engine that reports lower-case names (as Babelfish may) is as healthy as SQL Server."""
+    columns = [(name.lower(), type_name.upper(), size, nullable) for name, type_name, size, nullable in HEALTHY_COLUMNS]
+    indexes = [(name.lower(), column.lower(), kind.lower(), has_filter)
+               for name, column, kind, has_filter in HEALTHY_INDEXES]
+    assert _check(columns, indexes) == {}
+    clustered = [HEALTHY_INDEXES[0], ("index_rowversion", "rowversion", "CLUSTERED", False)]
+    assert _check(HEALTHY_COLUMNS, clustered)["clustered_seq_index"].repair == ("migrate_rowversion_index",)
+    conn = RecordingMssqlConnection([("sys.tables", [("DBO", "orders")])])
+    assert MSSQL.discover(conn.cursor()) == [QueueAddress("orders")]
 
 
 def test_check_findings_and_repairs() -> None:

@@ -783,6 +783,8 @@ def test_transport_from_url_and_close(db):
 
 # -- no value is ever formatted into SQL -----------------------------------------------------------
 IDENTIFIER_SLOTS = {"queue", "delayed", "seq_index", "expires_index", "due_index", "savepoint", "sys"}
+#: Slots filled with copies of a fragment statement of the same file (its markers renamed), never with values.
+FRAGMENT_SLOTS = {"rows", "seqs"}
 CORE = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "transport"
 
 
@@ -792,7 +794,7 @@ def test_statement_files_only_bind_values(dialect_name):
     assert dialect.statements
     for statement in dialect.statements.values():
         slots = set(re.findall(r"\{(\w+)\}", statement.text))
-        assert slots <= IDENTIFIER_SLOTS, (statement.name, slots)
+        assert slots <= IDENTIFIER_SLOTS | FRAGMENT_SLOTS, (statement.name, slots)
         leftover = re.sub(r"%\(\w+\)s|%%", "", statement.text)
         assert "%" not in leftover, f"{statement.name}: a '%' that is not a named parameter"
 
@@ -818,14 +820,14 @@ def test_core_never_formats_sql_text():
 def test_values_travel_as_parameters(queues, monkeypatch):
     """Run every operation with marker values and check that no marker ever appears in the SQL text sent."""
     prepared: list[tuple[str, object]] = []
-    original = Dialect.prepare
+    original = Dialect.prepare_statement
 
-    def spy(self, name, params, identifiers):
-        sql, args = original(self, name, params, identifiers)
+    def spy(self, statement, params, identifiers):
+        sql, args = original(self, statement, params, identifiers)
         prepared.append((sql, args))
         return sql, args
 
-    monkeypatch.setattr(Dialect, "prepare", spy)
+    monkeypatch.setattr(Dialect, "prepare_statement", spy)
     t, q = queues.transport, queues.q("orders")
     marker_header, marker_body = "hdr'); DROP TABLE x;--MARK1", b"body'); --MARK2"
     t.send_many(q, [OutgoingMessage(marker_body, {"k": marker_header}, time_to_be_received=987_654),

@@ -9,7 +9,6 @@ Its SQL is in ``sql/<dialect>.sql`` beside this module; :func:`recent_samples` r
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 from functools import cache
 from importlib import resources
@@ -20,7 +19,6 @@ from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects import Dialect
 from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
 
-_SLOT = re.compile(r"\{(\w+)\}")
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
@@ -71,14 +69,15 @@ class SamplesTable:
                       "time_index_name": time_index}
 
     def execute(self, cursor: Any, name: str, params: dict[str, Any] | None = None) -> Any:
-        """Run one named statement of ``sql/<dialect>.sql`` (identifiers quoted, values as parameters)."""
+        """Run one named statement of ``sql/<dialect>.sql`` (identifiers quoted, values as parameters).
+
+        The dialect runs it, so the samples table's name reaches each driver exactly as the queue names do.
+        """
         statement = _statements(self.dialect.name)[name]
-        escaped = {k: v.replace("%", "%%") for k, v in self.identifiers.items()}  # survives pyformat
-        text = _SLOT.sub(lambda m: escaped[m.group(1)], statement.text)
-        sql, order = statement.convert(text, self.dialect.paramstyle)
         values = {**self.names, **(params or {})}
-        cursor.execute(sql, tuple(values[n] for n in order) if order is not None else values)
-        return cursor
+        used = set(statement.params)
+        return self.dialect.execute_statement(cursor, statement, {k: v for k, v in values.items() if k in used},
+                                              self.identifiers)
 
     def create(self, cursor: Any) -> None:
         """The table and its two indexes, if missing."""

@@ -129,14 +129,15 @@ class Session:
     def connection(self) -> Iterator[Any]:
         """A connection for the block, outside any transaction of ours (DDL, VACUUM, the dialect's own steps).
 
-        On an error the connection is rolled back; it is closed when that fails or the error broke it.
+        On an error the connection is rolled back and kept only when the error is one of ours (a clear
+        ``SqlQueueError`` raised before anything failed in the driver) and the rollback works: a driver error
+        may come from a commit inside the block, and a connection whose commit failed is never reused.
         """
         connection = self.checkout()
         try:
             yield connection
         except BaseException as exc:
-            self.checkin(connection, isinstance(exc, Exception) and not self.dialect.is_connection_lost(exc)
-                         and _rolled_back(connection))
+            self.checkin(connection, isinstance(exc, SqlQueueError) and _rolled_back(connection))
             raise
         self.checkin(connection)
 

@@ -1,39 +1,28 @@
-"""The SQL Server dialect against a real server, through pymssql.
+"""The SQL Server dialect against a real server, statement by statement (DB-API level).
 
-Skipped unless ``SQLQUEUE_TEST_MSSQL_URL`` is set, e.g.
-``mssql+pymssql://sa:Passw0rd!@127.0.0.1:1433/tempdb`` (SQL Server 2016 or later). Every test uses its own
-queue tables in ``dbo`` and drops them afterwards.
+Runs only when ``SQLQUEUE_TEST_MSSQL_URL`` is set (see conftest.py). Queues have ordinary names; the odd names
+(``]``, ``%``, quotes) have their own test in test_real_transport.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import pytest
 
 from airflow_sqlqueue.transport.address import QueueAddress
-from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
 from airflow_sqlqueue.transport.errors import QueueNotFoundError
+from tests.mssql_real.conftest import connect, drop_tables, needs, new_dialect
 
-URL = os.environ.get("SQLQUEUE_TEST_MSSQL_URL")
-pytestmark = pytest.mark.skipif(not URL, reason="set SQLQUEUE_TEST_MSSQL_URL=mssql+pymssql://user:pass@host:port/db")
-
-DIALECT = MssqlDialect()
+DIALECT = new_dialect()
 
 
 def _connect() -> Any:
-    import pymssql
-
-    parts = urlsplit(URL or "")
-    connection = pymssql.connect(server=parts.hostname, port=str(parts.port or 1433),
-                                 user=unquote(parts.username or ""), password=unquote(parts.password or ""),
-                                 database=parts.path.lstrip("/") or "master", login_timeout=10)
+    connection = connect()
     DIALECT.configure(connection)
     return connection
 
@@ -47,14 +36,11 @@ def conn() -> Iterator[Any]:
 
 @pytest.fixture
 def queue(conn: Any) -> Iterator[QueueAddress]:
-    """A fresh queue address with an awkward name (brackets, quote, non-ASCII); its tables dropped afterwards."""
-    address = QueueAddress(f"sqlqueue test ]'ü {uuid.uuid4().hex[:8]}", "dbo")
+    """A fresh queue address with an ordinary name; its tables dropped afterwards."""
+    address = QueueAddress(f"sqlqueue_t_{uuid.uuid4().hex[:8]}_dialect", "dbo")
     yield address
     conn.rollback()
-    cur = conn.cursor()
-    for table in (address, DIALECT.delayed_address(address)):
-        cur.execute(f"DROP TABLE IF EXISTS {DIALECT.qualified(table)}")  # test cleanup only
-    conn.commit()
+    drop_tables([address])
 
 
 def _send(conn: Any, address: QueueAddress, headers: dict[str, str], body: bytes | None,
@@ -77,6 +63,7 @@ def _receive(conn: Any, address: QueueAddress, n: int) -> list:
     return sorted((DIALECT.to_raw_row(r) for r in rows), key=lambda r: r.seq)
 
 
+@needs("allocation_units", "filtered_index_metadata")
 def test_create_is_idempotent_and_the_check_is_clean(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=True)
     DIALECT.create_queue(conn, queue, delayed=True)
@@ -84,9 +71,11 @@ def test_create_is_idempotent_and_the_check_is_clean(conn: Any, queue: QueueAddr
         assert DIALECT.table_exists(cur, queue)
         assert DIALECT.table_exists(cur, DIALECT.delayed_address(queue))
         assert DIALECT.check(cur, queue) == []
-        assert queue in [QueueAddress(a.table, a.schema or "dbo") for a in DIALECT.discover(cur)]
+        found = {(a.table.lower(), (a.schema or "dbo").lower()) for a in DIALECT.discover(cur)}
+        assert (queue.table.lower(), "dbo") in found  # catalog names compare as the server's collation does
 
 
+@needs("cte_delete")
 def test_send_receive_peek_in_fifo_order(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=False)
     headers = {"NServiceBus.EnclosedMessageTypes": "Sales.OrderPlaced", "Text": "naïve / 名前"}
@@ -106,6 +95,7 @@ def test_send_receive_peek_in_fifo_order(conn: Any, queue: QueueAddress) -> None
     assert _peek(conn, queue) == 0
 
 
+@needs("lock_hints", "cte_delete")
 def test_rollback_returns_the_row_and_locked_rows_are_skipped(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=False)
     first = _send(conn, queue, {"n": "1"}, b"1")
@@ -123,6 +113,7 @@ def test_rollback_returns_the_row_and_locked_rows_are_skipped(conn: Any, queue: 
         other.close()
 
 
+@needs("cte_delete")
 def test_expired_rows_are_flagged_and_purged(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=False)
     _send(conn, queue, {"n": "old"}, b"x", ttbr_ms=1)
@@ -140,6 +131,7 @@ def test_expired_rows_are_flagged_and_purged(conn: Any, queue: QueueAddress) -> 
     assert [r.id for r in _receive(conn, queue, 10)] == [keep]
 
 
+@needs("cte_delete")
 def test_delayed_messages_move_when_due(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=True)
     with DIALECT.transaction(conn) as cur:
@@ -154,6 +146,7 @@ def test_delayed_messages_move_when_due(conn: Any, queue: QueueAddress) -> None:
     assert [json.loads(r.headers) for r in rows] == [{"n": "due"}] and rows[0].body == b"d"
 
 
+@needs("allocation_units", "filtered_index_metadata", "rebuild")
 def test_check_finds_and_repairs_a_clustered_rowversion_index(conn: Any, queue: QueueAddress) -> None:
     DIALECT.create_queue(conn, queue, delayed=False)
     ids = DIALECT.identifiers(queue)
@@ -173,9 +166,9 @@ def test_check_finds_and_repairs_a_clustered_rowversion_index(conn: Any, queue: 
 
 
 def test_missing_table_and_schema_are_recognised(conn: Any) -> None:
-    address = QueueAddress(f"missing {uuid.uuid4().hex[:8]}")
+    address = QueueAddress(f"sqlqueue_t_missing_{uuid.uuid4().hex[:8]}")
     with pytest.raises(Exception) as caught, DIALECT.transaction(conn) as cur:
         DIALECT.execute(cur, "peek", None, **DIALECT.identifiers(address))
     assert DIALECT.is_missing_table(caught.value)
     with pytest.raises(QueueNotFoundError, match="does not exist"):
-        DIALECT.create_queue(conn, QueueAddress("q", f"no schema {uuid.uuid4().hex[:6]}"), delayed=False)
+        DIALECT.create_queue(conn, QueueAddress("q", f"sqlqueue_no_schema_{uuid.uuid4().hex[:6]}"), delayed=False)

@@ -119,21 +119,52 @@ class Dialect:
 
     # -- statements ------------------------------------------------------------------------------
     def render(self, name: str, **identifiers: str) -> str:
-        """The SQL text of a statement with its identifier slots filled (for DDL scripts and execution)."""
-        return _render(self.statements[name].text, tuple(sorted(identifiers.items())))
+        """The SQL text of a statement with its identifier slots filled (for DDL scripts a DBA reviews)."""
+        return self.statements[name].compile("pyformat").fill(identifiers)
 
     def prepare(self, name: str, params: dict[str, Any] | None, identifiers: dict[str, str]) -> tuple[str, Any]:
-        """Statement text in the driver's paramstyle, and parameters in the matching shape."""
-        key = (name, tuple(sorted(identifiers.items())), self.paramstyle)
-        sql, order = _converted(self, key)
-        if order is not None:
-            return sql, tuple((params or {})[n] for n in order)
-        # pyformat drivers only unescape %% when given parameters, so always give them (maybe empty)
-        return sql, (params or {}) if self.paramstyle == "pyformat" else (params or None)
+        """Statement text in the driver's paramstyle, and parameters in the matching shape (None: no parameters)."""
+        return self.prepare_statement(self.statements[name], params, identifiers)
+
+    def prepare_statement(self, statement: Statement, params: dict[str, Any] | None,
+                          identifiers: dict[str, str]) -> tuple[str, Any]:
+        """:meth:`prepare` for any statement (a dialect's own or another module's, e.g. the health samples).
+
+        Markers are converted before the slots are filled, so an identifier is never read as a marker here;
+        what the driver does with the final text is the dialect's business (:meth:`driver_identifier`,
+        :meth:`formats_values`).
+        """
+        compiled = statement.compile(self.paramstyle)
+        if compiled.order is not None:
+            return compiled.fill(identifiers), tuple((params or {})[n] for n in compiled.order)
+        if self.formats_values(identifiers):
+            return compiled.fill(identifiers, lambda part: self.format_values(part, params or {})), None
+        ids = {k: self.driver_identifier(v) for k, v in identifiers.items()}
+        if self.paramstyle == "pyformat":
+            # a pyformat driver (psycopg) unescapes '%%' only when given parameters: always give them (maybe empty)
+            return compiled.fill(ids), params or {}
+        return compiled.fill(ids), params or None
+
+    def driver_identifier(self, quoted: str) -> str:
+        """A quoted identifier as it must appear in the text the driver parses (pyformat: ``%`` doubled)."""
+        return quoted.replace("%", "%%") if self.paramstyle == "pyformat" else quoted
+
+    def formats_values(self, identifiers: dict[str, str]) -> bool:
+        """Whether values must be formatted into the text by the dialect itself (no driver escape exists)."""
+        return False
+
+    def format_values(self, part: str, params: dict[str, Any]) -> str:
+        """One literal part of a statement with its markers replaced by the values (see :meth:`formats_values`)."""
+        raise NotImplementedError
 
     def execute(self, cursor: Any, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> Any:
         """Run a named statement; return the cursor."""
-        sql, args = self.prepare(name, params, identifiers)
+        return self.execute_statement(cursor, self.statements[name], params, identifiers)
+
+    def execute_statement(self, cursor: Any, statement: Statement, params: dict[str, Any] | None,
+                          identifiers: dict[str, str]) -> Any:
+        """Run any statement with this dialect's parameter handling; return the cursor."""
+        sql, args = self.prepare_statement(statement, params, identifiers)
         if args is None:
             cursor.execute(sql)
         else:
@@ -145,8 +176,13 @@ class Dialect:
         params = list(seq_params)
         if not params:
             return
-        sql, _ = self.prepare(name, params[0], identifiers)
-        _, order = _converted(self, (name, tuple(sorted(identifiers.items())), self.paramstyle))
+        statement = self.statements[name]
+        if self.formats_values(identifiers):
+            for one in params:
+                self.execute_statement(cursor, statement, one, identifiers)
+            return
+        sql, _ = self.prepare_statement(statement, params[0], identifiers)
+        order = statement.compile(self.paramstyle).order
         if order is not None:
             cursor.executemany(sql, [tuple(p[n] for n in order) for p in params])
         else:
@@ -271,35 +307,3 @@ class Dialect:
 @cache
 def _load(filename: str) -> dict[str, Statement]:
     return load_statements(filename)
-
-
-@cache
-def _render(text: str, identifiers: tuple[tuple[str, str], ...]) -> str:
-    values = dict(identifiers)
-    out = []
-    i = 0
-    while i < len(text):
-        start = text.find("{", i)
-        if start < 0:
-            out.append(text[i:])
-            break
-        end = text.index("}", start)
-        out.append(text[i:start])
-        out.append(values[text[start + 1:end]])
-        i = end + 1
-    return "".join(out)
-
-
-_CONVERTED: dict[tuple, tuple[str, list[str] | None]] = {}
-
-
-def _converted(dialect: Dialect, key: tuple) -> tuple[str, list[str] | None]:
-    hit = _CONVERTED.get((dialect.name,) + key)
-    if hit is None:
-        name, identifiers, paramstyle = key
-        statement = dialect.statements[name]
-        # '%' inside a quoted identifier must survive the driver's parameter substitution
-        escaped = tuple((k, v.replace("%", "%%")) for k, v in identifiers)
-        hit = statement.convert(_render(statement.text, escaped), paramstyle)
-        _CONVERTED[(dialect.name,) + key] = hit
-    return hit

@@ -8,10 +8,12 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from ..address import QueueAddress, format_mssql, parse_mssql, validate_mssql
 from ..errors import PermissionDeniedError, QueueNotFoundError
+from ..sqlfile import Statement, numbered
 from .base import Dialect, Finding, RawRow, Row
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,13 @@ EXPECTED_COLUMNS = {"Id": "uniqueidentifier", "CorrelationId": "varchar", "Reply
                     "RowVersion": "bigint"}
 OPTIONAL_COLUMNS = ("Recoverable",)
 #: Statements that write the Recoverable column, each with a variant for tables that lack it.
-RECOVERABLE_STATEMENTS = frozenset({"send", "send_many", "insert_raw", "move_due_delayed"})
+RECOVERABLE_STATEMENTS = frozenset({"send", "send_many", "send_many_values", "insert_raw", "move_due_delayed"})
+#: OPENJSON needs database compatibility level 130 (SQL Server 2016) or more.
+OPENJSON_LEVEL = 130
+#: Messages per send_many_values statement: 5 parameters each stays under SQL Server's 2100 per statement.
+VALUES_CHUNK = 400
+#: Positions per delete_by_seq_list statement (1000 parameters).
+IN_LIST_CHUNK = 1000
 #: A heap is bloated when it holds at least this many pages and more than this many pages per row.
 BLOAT_MIN_PAGES = 1000
 BLOAT_PAGES_PER_ROW = 2
@@ -131,6 +139,10 @@ class MssqlDialect(Dialect):
         self.default_catalog = default_catalog
         # qualified table name -> whether it has the Recoverable column (old tables do not)
         self._recoverable: dict[str, bool] = {}
+        #: Lowest database compatibility level a connection reported (None: not read yet).
+        self.compatibility_level: int | None = None
+        #: Whether a connection reported a Babelfish server in @@VERSION.
+        self.babelfish = False
 
     # -- addresses and identifiers ---------------------------------------------------------------
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
@@ -160,6 +172,27 @@ class MssqlDialect(Dialect):
         return ids
 
     # -- statements ------------------------------------------------------------------------------
+    def driver_identifier(self, quoted: str) -> str:
+        # neither pymssql nor pyodbc unescapes '%%': an identifier goes in verbatim (see formats_values)
+        return quoted
+
+    def formats_values(self, identifiers: dict[str, str]) -> bool:
+        """pymssql substitutes ``%(name)s`` anywhere in the text, identifiers included, and has no escape: when an
+        identifier holds a ``%``, the values are put into the SQL parts here, with pymssql's own substitution,
+        and the text goes to the driver without parameters (so it substitutes nothing)."""
+        return self.paramstyle == "pyformat" and any("%" in v for v in identifiers.values())
+
+    def format_values(self, part: str, params: dict[str, Any]) -> str:
+        from pymssql import _mssql  # a pyformat SQL Server connection is a pymssql one
+
+        return _mssql.substitute_params(part, params).decode("utf-8")
+
+    @property
+    def uses_openjson(self) -> bool:
+        """Batch send and batch delete use OPENJSON (level 130+, not Babelfish), else VALUES rows and IN lists."""
+        level = self.compatibility_level
+        return not self.babelfish and (level is None or level >= OPENJSON_LEVEL)
+
     def execute(self, cursor: Any, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> Any:
         """Run a named statement; picks the variant without Recoverable for old tables, skips no-ops."""
         if name == "release_savepoint":
@@ -193,9 +226,23 @@ class MssqlDialect(Dialect):
         cursor = connection.cursor()
         try:
             self.execute(cursor, "set_isolation")
+            self._read_server_facts(cursor)
         finally:
             cursor.close()
         connection.commit()
+
+    def _read_server_facts(self, cursor: Any) -> None:
+        """Compatibility level and engine of this connection's database; unreadable counts as "no OPENJSON"."""
+        try:
+            row = self.execute(cursor, "server_facts").fetchone()
+        except Exception as exc:  # noqa: BLE001 - a server that cannot say gets the statements every level has
+            log.info("could not read the database compatibility level (%s); batch statements avoid OPENJSON",
+                     type(exc).__name__)
+            row = (0, "")
+        level = int(row[0]) if row and row[0] is not None else 0
+        version = str(row[1] or "") if row else ""
+        self.compatibility_level = level if self.compatibility_level is None else min(level, self.compatibility_level)
+        self.babelfish = self.babelfish or "babelfish" in version.lower()
 
     # -- values ----------------------------------------------------------------------------------
     def to_raw_row(self, row: Row) -> RawRow:
@@ -268,20 +315,49 @@ class MssqlDialect(Dialect):
         """One INSERT ... SELECT FROM OPENJSON for the whole batch: one parameter, one round trip.
 
         One JSON parameter (bodies base64) instead of a multi-row VALUES: SQL Server allows at most 2100
-        parameters and 1000 VALUES rows per statement, and the statement text stays the same for every batch.
+        parameters per statement, and the statement text stays the same for every batch. Without OPENJSON
+        (level below 130, Babelfish) the batch goes as VALUES rows, ``VALUES_CHUNK`` messages per statement.
         """
+        if not rows:
+            return
+        ids = self.identifiers(address)
+        if not self.uses_openjson:
+            name = self._variant(cursor, "send_many_values", ids)
+            for start in range(0, len(rows), VALUES_CHUNK):
+                chunk = rows[start:start + VALUES_CHUNK]
+                values = [{"n": n, "id": str(r["id"]), "ttbr_ms": r["ttbr_ms"], "headers": r["headers"],
+                           "body": None if r["body"] is None else bytes(r["body"])} for n, r in enumerate(chunk)]
+                statement = self._repeated(name, "rows", "send_many_row", len(chunk))
+                self.execute_statement(cursor, statement, numbered(values), ids)
+            return
         payload = [{"n": n, "id": str(r["id"]), "ttbr_ms": r["ttbr_ms"], "headers": r["headers"],
                     "body": None if r["body"] is None else base64.b64encode(bytes(r["body"])).decode("ascii")}
                    for n, r in enumerate(rows)]
         text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        self.execute(cursor, "send_many", {"rows": text}, **self.identifiers(address))
+        self.execute(cursor, "send_many", {"rows": text}, **ids)
+
+    def delete_seqs(self, cursor: Any, address: QueueAddress, seqs: list[int]) -> None:
+        """One DELETE with an OPENJSON list; without OPENJSON, ``IN (...)`` lists of ``IN_LIST_CHUNK`` positions."""
+        if self.uses_openjson:
+            super().delete_seqs(cursor, address, seqs)
+            return
+        ids = self.identifiers(address)
+        for start in range(0, len(seqs), IN_LIST_CHUNK):
+            chunk = seqs[start:start + IN_LIST_CHUNK]
+            statement = self._repeated("delete_by_seq_list", "seqs", "seq_item", len(chunk))
+            self.execute_statement(cursor, statement, numbered([{"seq": int(s)} for s in chunk]), ids)
+
+    def _repeated(self, name: str, slot: str, fragment: str, count: int) -> Statement:
+        return _repeated(self.statements[name], slot, self.statements[fragment], count)
 
     def table_exists(self, cursor: Any, address: QueueAddress) -> bool:
         return self._exists(cursor, self.qualified(address), self.identifiers(address))
 
     def discover(self, cursor: Any) -> list[QueueAddress]:
         rows = self.execute(cursor, "discover_queues").fetchall()
-        return [QueueAddress(table, None if schema == self.default_schema else schema) for schema, table in rows]
+        # catalog names compare as SQL Server's default collation does: without case
+        return [QueueAddress(table, None if schema.lower() == self.default_schema else schema)
+                for schema, table in rows]
 
     def check(self, cursor: Any, address: QueueAddress) -> list[Finding]:
         """Findings: columns and types, varchar Headers, RowVersion index (missing or CLUSTERED), Expires
@@ -290,10 +366,11 @@ class MssqlDialect(Dialect):
         where = {"schema_name": address.schema or self.default_schema, "table_name": address.table}
         queue = self.format_address(address)
         findings: list[Finding] = []
-        columns = {name: (type_name, int(max_length)) for name, type_name, max_length, _ in
+        # names and types compared without case, as the server's collation does (Babelfish may lower-case them)
+        columns = {name.lower(): (type_name.lower(), int(max_length)) for name, type_name, max_length, _ in
                    self.execute(cursor, "list_columns", where, **ids).fetchall()}
         for column, expected in EXPECTED_COLUMNS.items():
-            actual = columns.get(column)
+            actual = columns.get(column.lower())
             if actual is None:
                 if column not in OPTIONAL_COLUMNS:
                     findings.append(Finding(queue, "missing_column", f"column {column} ({expected}) is missing"))
@@ -310,21 +387,23 @@ class MssqlDialect(Dialect):
                                         f"column {column} is {expected}({actual[1]} bytes), expected "
                                         f"{expected}(max)"))
         indexes = self.execute(cursor, "list_indexes", where, **ids).fetchall()
-        on_seq = [row for row in indexes if row[1] == "RowVersion"]
+        indexes = [(name, (column or "").lower(), (kind or "").upper(), filtered)
+                   for name, column, kind, filtered in indexes]
+        on_seq = [row for row in indexes if row[1] == "rowversion"]
         if not on_seq:
             findings.append(Finding(queue, "missing_seq_index",
                                     "no index on RowVersion: every receive and peek scans the table",
                                     ("create_queue_seq_index",)))
         elif not any(row[2] == "NONCLUSTERED" for row in on_seq):
             clustered = next(row for row in on_seq if row[2] == "CLUSTERED")
-            named = clustered[0] == self.index_name(address, "seq")
+            named = clustered[0].lower() == self.index_name(address, "seq").lower()
             findings.append(Finding(
                 queue, "clustered_seq_index",
                 f"index {clustered[0]} on RowVersion is CLUSTERED (tables made before 2020): it causes latch "
                 "contention above ~8 concurrent receivers; make it NONCLUSTERED"
                 + ("" if named else " (drop it by hand: the repair only knows Index_RowVersion)"),
                 ("migrate_rowversion_index",) if named else ()))
-        if not any(row[1] == "Expires" for row in indexes):
+        if not any(row[1] == "expires" for row in indexes):
             findings.append(Finding(queue, "missing_expires_index",
                                     "no index on Expires: purging expired messages scans the table",
                                     ("create_queue_expires_index",)))
@@ -358,3 +437,8 @@ class MssqlDialect(Dialect):
 
     def is_permission_denied(self, exc: BaseException) -> bool:
         return error_number(exc) in PERMISSION_DENIED
+
+
+@lru_cache(maxsize=64)
+def _repeated(statement: Statement, slot: str, fragment: Statement, count: int) -> Statement:
+    return statement.repeated(slot, fragment, count, separator=", " if fragment.name == "seq_item" else ",\n")

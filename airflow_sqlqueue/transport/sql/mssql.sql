@@ -1,9 +1,16 @@
 -- Every statement airflow-sqlqueue runs on SQL Server (wire-compatible with NServiceBus.Transport.SqlServer 9.x).
 -- %(name)s is a parameter (bound by the driver, never formatted in); {name} is an identifier quoted by the
 -- dialect: {queue} and {delayed} are [catalog].[schema].[table] names, {sys} is the sys schema of the
--- queue's database ([catalog].sys, or sys). A literal % is written %% (the modulo operator).
--- Needs SQL Server 2016 or later (OPENJSON; database compatibility level 130+).
+-- queue's database ([catalog].sys, or sys).
+-- No statement holds a literal percent sign: pymssql passes a doubled one to the server unchanged and pyodbc
+-- never sees one, so the modulo operator is written x - x / d * d (integer division) instead.
+-- Batch send and batch delete use OPENJSON on SQL Server 2016+ at database compatibility level 130+; below
+-- that (and on Babelfish) they use VALUES rows and IN lists in chunks (server_facts decides, per connection).
 -- Sessions run READ COMMITTED (set_isolation): READPAST only skips locked rows under READ COMMITTED.
+
+-- server_facts --
+-- Read once per connection: the database's compatibility level (OPENJSON needs 130+) and @@VERSION (Babelfish names itself there).
+SELECT (SELECT compatibility_level FROM sys.databases WHERE database_id = DB_ID()), @@VERSION
 
 -- set_isolation --
 -- Run once per connection: READPAST (receive, peek, purge) needs READ COMMITTED, whatever the server default.
@@ -69,7 +76,7 @@ VALUES (
     NULL,
     1,
     CASE WHEN %(ttbr_ms)s IS NULL THEN NULL
-         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) %% 86400000,
+         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) - CAST(%(ttbr_ms)s AS bigint) / 86400000 * 86400000,
                       DATEADD(day, CAST(%(ttbr_ms)s AS bigint) / 86400000, GETUTCDATE())) END,
     %(headers)s,
     CAST(%(body)s AS varbinary(max)))
@@ -82,7 +89,7 @@ VALUES (
     NULL,
     NULL,
     CASE WHEN %(ttbr_ms)s IS NULL THEN NULL
-         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) %% 86400000,
+         ELSE DATEADD(ms, CAST(%(ttbr_ms)s AS bigint) - CAST(%(ttbr_ms)s AS bigint) / 86400000 * 86400000,
                       DATEADD(day, CAST(%(ttbr_ms)s AS bigint) / 86400000, GETUTCDATE())) END,
     %(headers)s,
     CAST(%(body)s AS varbinary(max)))
@@ -95,7 +102,8 @@ SELECT m.id,
        NULL,
        1,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
-            ELSE DATEADD(ms, m.ttbr_ms %% 86400000, DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+            ELSE DATEADD(ms, m.ttbr_ms - m.ttbr_ms / 86400000 * 86400000,
+                        DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
        m.headers,
        CAST(N'' AS XML).value('xs:base64Binary(sql:column("m.body"))', 'varbinary(max)')
 FROM OPENJSON(CAST(%(rows)s AS nvarchar(max)))
@@ -110,13 +118,51 @@ SELECT m.id,
        NULL,
        NULL,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
-            ELSE DATEADD(ms, m.ttbr_ms %% 86400000, DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+            ELSE DATEADD(ms, m.ttbr_ms - m.ttbr_ms / 86400000 * 86400000,
+                        DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
        m.headers,
        CAST(N'' AS XML).value('xs:base64Binary(sql:column("m.body"))', 'varbinary(max)')
 FROM OPENJSON(CAST(%(rows)s AS nvarchar(max)))
      WITH (n int '$.n', id uniqueidentifier '$.id', ttbr_ms bigint '$.ttbr_ms',
            headers nvarchar(max) '$.headers', body varchar(max) '$.body') AS m
 ORDER BY m.n
+
+-- send_many_values --
+-- send_many without OPENJSON (compatibility level below 130, Babelfish): {rows} is one send_many_row per message, at most 400 per statement (5 parameters each, under SQL Server's 2100); RowVersion follows n.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+SELECT m.id,
+       NULL,
+       NULL,
+       1,
+       CASE WHEN m.ttbr_ms IS NULL THEN NULL
+            ELSE DATEADD(ms, m.ttbr_ms - m.ttbr_ms / 86400000 * 86400000,
+                        DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+       m.headers,
+       m.body
+FROM (VALUES
+{rows}
+) AS m (n, id, ttbr_ms, headers, body)
+ORDER BY m.n
+
+-- send_many_values_no_recoverable --
+-- send_many_values, for an old queue table without the Recoverable column.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Expires, Headers, Body)
+SELECT m.id,
+       NULL,
+       NULL,
+       CASE WHEN m.ttbr_ms IS NULL THEN NULL
+            ELSE DATEADD(ms, m.ttbr_ms - m.ttbr_ms / 86400000 * 86400000,
+                        DATEADD(day, m.ttbr_ms / 86400000, GETUTCDATE())) END,
+       m.headers,
+       m.body
+FROM (VALUES
+{rows}
+) AS m (n, id, ttbr_ms, headers, body)
+ORDER BY m.n
+
+-- send_many_row --
+-- One message of send_many_values (a fragment, never run alone): position, Id, TTBR in ms, headers, body.
+(CAST(%(n)s AS int), CAST(%(id)s AS uniqueidentifier), CAST(%(ttbr_ms)s AS bigint), CAST(%(headers)s AS nvarchar(max)), CAST(%(body)s AS varbinary(max)))
 
 -- insert_raw --
 -- Copy a row unchanged (same Id, no Expires): error queue moves and retries.
@@ -134,7 +180,7 @@ INSERT INTO {delayed} (Headers, Body, Due)
 VALUES (
     %(headers)s,
     CAST(%(body)s AS varbinary(max)),
-    DATEADD(ms, CAST(%(delay_ms)s AS bigint) %% 86400000,
+    DATEADD(ms, CAST(%(delay_ms)s AS bigint) - CAST(%(delay_ms)s AS bigint) / 86400000 * 86400000,
             DATEADD(day, CAST(%(delay_ms)s AS bigint) / 86400000, GETUTCDATE())))
 
 -- receive_batch --
@@ -198,6 +244,15 @@ DELETE FROM {queue} WHERE Id = %(id)s
 DELETE FROM {queue}
 WHERE RowVersion IN (SELECT CAST([value] AS bigint) FROM OPENJSON(CAST(%(seqs)s AS nvarchar(max))))
 
+-- delete_by_seq_list --
+-- delete_by_seqs without OPENJSON (compatibility level below 130, Babelfish): {seqs} is one seq_item per row, at most 1000 per statement.
+DELETE FROM {queue}
+WHERE RowVersion IN ({seqs})
+
+-- seq_item --
+-- One position of delete_by_seq_list (a fragment, never run alone).
+CAST(%(seq)s AS bigint)
+
 -- peek --
 -- Depth estimate: newest minus oldest RowVersion + 1, skipping rows held by receivers (two index seeks).
 SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
@@ -208,8 +263,8 @@ FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)
 SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion
 
 -- purge_expired --
--- Delete up to %(batch_size)s expired rows by RowVersion (not by Expires, to avoid deadlocks with receivers).
-DELETE FROM {queue}
+-- Delete up to %(batch_size)s expired rows by RowVersion (not by Expires, to avoid deadlocks with receivers); READPAST on both sides: rows a receiver holds are skipped, never waited for.
+DELETE FROM {queue} WITH (READPAST)
 WHERE RowVersion IN (SELECT TOP (%(batch_size)s) RowVersion
                      FROM {queue} WITH (READPAST)
                      WHERE Expires < GETUTCDATE())
