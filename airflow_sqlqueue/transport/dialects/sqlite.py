@@ -59,12 +59,6 @@ class SqliteDialect(Dialect):
             return f"{address.table}_id_ix"  # the unique index the 0.1 migration adds (new tables: UNIQUE)
         return super().index_name(address, kind)
 
-    def system_table(self, address: QueueAddress) -> str | None:
-        if address.table.lower().startswith("sqlite_"):
-            return (f"{address.table!r} is a name SQLite reserves for its own tables (sqlite_...), never a queue; "
-                    "choose another name")
-        return None
-
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
         ids = self.identifiers(address)
         with self.transaction(connection) as cur:
