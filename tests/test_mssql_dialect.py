@@ -102,8 +102,14 @@ def test_parse_allowlists_are_real_statements() -> None:
 
 
 # -- (b) the statement set --------------------------------------------------------------------------
+#: PostgreSQL statements SQL Server has no use for: the migration of PostgreSQL tables made by airflow-sqlqueue
+#: 0.1 (SQL Server shapes did not change), and the catalog look-ups that support it.
+POSTGRES_ONLY = ({"relation_named", "move_due_delayed_legacy"}
+                 | {n for n in POSTGRES.statements if n.startswith("migrate_")})
+
+
 def test_covers_every_postgres_statement() -> None:
-    assert set(POSTGRES.statements) - set(MSSQL.statements) == set()
+    assert set(POSTGRES.statements) - set(MSSQL.statements) - POSTGRES_ONLY == set()
 
 
 def test_every_statement_has_a_description_and_no_stray_slot() -> None:

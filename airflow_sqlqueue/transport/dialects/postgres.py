@@ -66,8 +66,9 @@ class PostgresDialect(Dialect):
                          "migrate_delayed_due_type", "migrate_delayed_drop_seq", "migrate_delayed_fillfactor",
                          "create_delayed_due_index", "migrate_delayed_drop_old_due_index")
     rights_hint = ("Sending needs INSERT (and USAGE on the seq sequence); receiving and peeking need SELECT and DELETE "
-                   "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...): PostgreSQL "
-                   "requires an UPDATE right for the row locks of FOR UPDATE SKIP LOCKED")
+                   "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...; on a "
+                   "delayed store, its id column): PostgreSQL requires an UPDATE right for the row locks of FOR "
+                   "UPDATE SKIP LOCKED")
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         super().__init__(paramstyle)
