@@ -163,12 +163,13 @@ def _assert_one_queue(db, name: str) -> None:
     if db.kind == "postgres":
         tables = db.sql("SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (db.schema,))
         assert tables == [(name,), (name + ".Delayed",)]
-        indexes = db.sql("SELECT count(*) FROM pg_indexes WHERE schemaname = %s", (db.schema,))
-        assert indexes == [(3,)]
+        indexes = db.sql("SELECT indexname FROM pg_indexes WHERE schemaname = %s ORDER BY 1", (db.schema,))
+        assert indexes == [(f"{name}.Delayed_Due",), (f"{name}.Delayed_pkey",), (f"{name}_exp_ix",),
+                           (f"{name}_pkey",), (f"{name}_seq_key",)]
     else:
         objects = db.sql("SELECT type, count(*) FROM sqlite_master WHERE tbl_name IN (?, ?) GROUP BY type "
                          "ORDER BY type", (name, name + ".Delayed"))
-        assert objects == [("index", 2), ("table", 2)]
+        assert objects == [("index", 3), ("table", 2)]  # expires, due, and the unique id's
     t.send(q, b"x")
     assert [m.body for m in t.receive(q)] == [b"x"]
 

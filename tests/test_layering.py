@@ -18,7 +18,7 @@ CORE = PACKAGE / "transport"
 #: Layer of every core module (lower = further down). Leaves know nothing of queues or connections.
 LAYERS = {
     # leaves: values, names, text
-    "errors": 0, "validation": 0, "modes": 0, "sqlfile": 0, "redaction": 0, "circuit_breaker": 1,
+    "errors": 0, "ids": 0, "validation": 0, "modes": 0, "sqlfile": 0, "redaction": 0, "circuit_breaker": 1,
     "address": 1, "headers": 1, "messages": 2, "payload": 3, "failures": 2, "standard_headers": 3, "connect": 1,
     # dialects: SQL, quoting, error kinds
     "dialects.base": 4, "dialects.sqlite": 5, "dialects.postgres": 5, "dialects.mssql": 5, "dialects": 6,
@@ -27,7 +27,8 @@ LAYERS = {
     "claim": 8, "sending": 8, "recoverability": 8, "summaries": 8,
     "strategies": 9, "receivers": 9,
     # operations
-    "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "wakeups": 10, "pubsub": 10, "archive": 10,
+    "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "wakeups": 10, "migration": 9, "pubsub": 10,
+    "archive": 10,
     # the façade, and the package's public names
     "transport": 11, "__init__": 12,
 }

@@ -385,17 +385,17 @@ def test_check_finds_missing_expires_index_and_repairs(queues):
     assert t.check(q) == []
 
 
-def test_check_finds_missing_seq_index_on_postgres(queues):
+def test_check_finds_missing_seq_key_on_postgres_and_repairs_it(queues):
     if queues.kind != "postgres":
         pytest.skip("on SQLite seq is the rowid (INTEGER PRIMARY KEY): there is no index to drop")
     t, q = queues.transport, queues.q("orders")
-    _drop_index(queues, "seq")
+    queues.sql(f'ALTER TABLE {table(queues, "orders")} DROP CONSTRAINT "orders_seq_key"')
     _drop_index(queues, "expires")
-    assert sorted(f.code for f in t.check(q)) == ["missing_expires_index", "missing_seq_index"]
+    assert sorted(f.code for f in t.check(q)) == ["missing_expires_index", "missing_seq_unique"]
     assert t.check(q, repair=True) == []
-    indexes = queues.sql("SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+    indexes = queues.sql("SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s ORDER BY 1",
                          (queues.schema, "orders"))
-    assert indexes == [(2,)]
+    assert indexes == [("orders_exp_ix",), ("orders_pkey",), ("orders_seq_key",)]
 
 
 def test_check_missing_queue(queues):
@@ -420,7 +420,7 @@ def test_delayed_message_moves_when_due(queues):
     assert t.send(q, OutgoingMessage(b"later", headers, delay=0.001)) is None
     assert t.send(q, OutgoingMessage(b"much later", delay=3600)) is None
     assert count(queues, "orders") == 0
-    stored = queues.sql(f"SELECT headers FROM {table(queues, 'orders', delayed=True)} ORDER BY seq")  # noqa: S608
+    stored = queues.sql(f"SELECT headers FROM {table(queues, 'orders', delayed=True)} ORDER BY due")  # noqa: S608
     assert [h.parse_headers(s[0])[h.FORWARD_DESTINATION] for s in stored] == [t.name(q)] * 2
     time.sleep(0.05)
     assert t.move_due_delayed(q) == 1
@@ -586,9 +586,11 @@ def test_ddl_script_postgres():
     assert "-- queue sales.orders" in script
     assert 'CREATE TABLE IF NOT EXISTS "sales"."orders" (' in script
     assert 'CREATE TABLE IF NOT EXISTS "sales"."orders.Delayed" (' in script
-    assert 'CREATE INDEX IF NOT EXISTS "orders_seq_ix" ON "sales"."orders" (seq);' in script
+    assert "id uuid NOT NULL PRIMARY KEY" in script and "seq serial NOT NULL UNIQUE" in script
+    assert 'CREATE INDEX IF NOT EXISTS "orders.Delayed_Due" ON "sales"."orders.Delayed" (due);' in script
+    assert "seq_ix" not in script
     assert '"public"."a""b"' in script
-    for name in ("create_queue_table", "create_queue_seq_index", "create_queue_expires_index",
+    for name in ("create_queue_table", "create_queue_expires_index",
                  "create_delayed_table", "create_delayed_due_index"):
         assert f"-- {name}: " in script
     assert "Delayed" not in ddl_script("postgres", ["orders"])
@@ -782,7 +784,8 @@ def test_transport_from_url_and_close(db):
 
 
 # -- no value is ever formatted into SQL -----------------------------------------------------------
-IDENTIFIER_SLOTS = {"queue", "delayed", "seq_index", "expires_index", "due_index", "savepoint", "sys"}
+IDENTIFIER_SLOTS = {"queue", "delayed", "seq_index", "expires_index", "due_index", "savepoint", "sys", "pkey_index",
+                    "seq_key_index", "id_index", "index", "legacy_due_index", "notify_trigger", "notify_function"}
 #: Slots filled with copies of a fragment statement of the same file (its markers renamed), never with values.
 FRAGMENT_SLOTS = {"rows", "seqs"}
 CORE = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "transport"
@@ -795,7 +798,7 @@ def test_statement_files_only_bind_values(dialect_name):
     for statement in dialect.statements.values():
         slots = set(re.findall(r"\{(\w+)\}", statement.text))
         assert slots <= IDENTIFIER_SLOTS | FRAGMENT_SLOTS, (statement.name, slots)
-        leftover = re.sub(r"%\(\w+\)s|%%", "", statement.text)
+        leftover = re.sub(r"%\(\w+\)[sb]|%%", "", statement.text)
         assert "%" not in leftover, f"{statement.name}: a '%' that is not a named parameter"
 
 

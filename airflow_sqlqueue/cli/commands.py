@@ -34,7 +34,8 @@ BROWSE_CHUNK = 500
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the subcommand; return the exit code."""
     if args.command == "ddl":
-        sys.stdout.write(ddl_script(args.dialect, args.queues, delayed=args.delayed, notify=args.notify))
+        sys.stdout.write(ddl_script(args.dialect, args.queues, delayed=args.delayed, notify=args.notify,
+                                    migrate=args.migrate))
         return 0
     if args.command == "demo":
         return demo(args)

@@ -75,12 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("ddl", "print the DDL script for a DBA to review (no connection needed)",
                 "  sqlqueue ddl orders error --dialect mssql\n"
-                "  sqlqueue ddl '\"sales\".\"orders\"' --dialect postgres --delayed > create-queues.sql",
+                "  sqlqueue ddl '\"sales\".\"orders\"' --dialect postgres --delayed > create-queues.sql\n"
+                "  sqlqueue ddl orders --dialect postgres --delayed --migrate > migrate-queues.sql",
                 connects=False)
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument("--dialect", required=True, choices=DIALECT_NAMES)
     p.add_argument("--delayed", action="store_true", help="include the .Delayed tables")
     p.add_argument("--notify", action="store_true", help="include the PostgreSQL wake-up trigger")
+    p.add_argument("--migrate", action="store_true",
+                   help="print the migration of tables made by airflow-sqlqueue 0.1 instead (what check --repair does)")
 
     p = command("send", "send messages: --body, --body-file, or one message per line on stdin",
                 "  sqlqueue send orders --body '{\"id\": 1}' --header NServiceBus.EnclosedMessageTypes=Sales.Order\n"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import headers as h
 from .address import QueueAddress
 from .dialects import RawRow
-from .errors import InvalidAddressError
+from .errors import InvalidAddressError, NotAQueueError
 from .headers import PoisonHeadersError, parse_headers
 from .messages import ReceivedMessage
 
@@ -198,15 +198,14 @@ def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddres
     if not target_text:
         return f"no {h.FAILED_Q} header"
     try:
-        target = transport.address(target_text)
-    except InvalidAddressError as exc:
+        target = transport.book.queue(target_text).address
+    except (InvalidAddressError, NotAQueueError) as exc:
         return f"bad {h.FAILED_Q}: {exc}"
     if target not in known:
         known[target] = dialect.table_exists(cur, target)
     if not known[target]:
         return f"queue {target_text} does not exist"
-    dialect.execute(cur, "insert_raw", {"id": dialect.id_param(row.id), "headers": restored_headers(row.headers),
-                                        "body": row.body}, **dialect.identifiers(target))
+    transport.book.queue(target).insert(cur, row.id, restored_headers(row.headers), row.body)
     dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **dialect.identifiers(error_queue))
     key = dialect.format_address(target)
     part.returned[key] = part.returned.get(key, 0) + 1

@@ -46,3 +46,11 @@ class RejectedMessageError(SqlQueueError):
 class ForwardRefusedError(SqlQueueError):
     """A row's ``NServiceBus.SqlServer.ForwardDestination`` names a queue it may not be forwarded to, or one that
     does not exist: the row goes to the error queue with this reason."""
+
+
+class NotAQueueError(SqlQueueError, ValueError):
+    """The name given as a queue is a system table, or a table, view or index that is not a queue table."""
+
+
+class NameCollisionError(SqlQueueError):
+    """A name a queue needs (an index, the table itself) is already taken by another object in the database."""

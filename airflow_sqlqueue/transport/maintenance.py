@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .dialects import Finding
+from .migration import MIGRATIONS, migrate, run_outside_transaction
 from .queue import TableQueue
 from .session import Session
 from .validation import check_count
@@ -54,20 +55,10 @@ def check(session: Session, queue: TableQueue, repair: bool) -> list[Finding]:
         for statement in finding.repair:
             log.warning("repairing %s on %s: %s", finding.code, name, statement)
             if statement == "vacuum":
-                _vacuum(session, queue)
+                run_outside_transaction(session, queue, "vacuum_table")
+            elif statement in MIGRATIONS:
+                migrate(session, queue, statement)
             else:
                 session.run(lambda cur, s=statement: dialect.execute(cur, s, None, **queue.ids),
                             what=f"repair {finding.code} on {name!r}")
     return session.run(inspect, what=f"check {name!r}", read_only=True)
-
-
-def _vacuum(session: Session, queue: TableQueue) -> None:
-    """VACUUM cannot run in a transaction: run it on an autocommit connection (PostgreSQL)."""
-    with session.connection() as conn:
-        conn.autocommit = True
-        try:
-            cur = conn.cursor()
-            session.dialect.execute(cur, "vacuum_table", None, **queue.ids)
-            cur.close()
-        finally:
-            conn.autocommit = False

@@ -23,9 +23,10 @@ from typing import Any
 from . import headers as h
 from .address import QueueAddress
 from .dialects import Dialect
-from .errors import ForwardRefusedError, InvalidAddressError, QueueNotFoundError
+from .errors import ForwardRefusedError, InvalidAddressError, NotAQueueError, QueueNotFoundError
 from .failures import PoisonMessageError, failure_headers
 from .headers import PoisonHeadersError, parse_headers
+from .ids import new_id
 from .messages import ReceivedMessage, native_uuid
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,10 @@ class TableQueue:
             return ForwardRefusedError(
                 f"{h.FORWARD_DESTINATION} names {forward!r}, which {self.name} does not forward to (it forwards "
                 "only to itself, the error queue and the queues given in forward_to=); the message was not sent on")
-        return self.book.queue(address)
+        try:
+            return self.book.queue(address)
+        except NotAQueueError as exc:
+            return ForwardRefusedError(f"{h.FORWARD_DESTINATION} names {forward!r}: {exc}")
 
     def _forward(self, cursor: Any, target: TableQueue, raw_id: Any, headers: dict[str, str | None],
                  body: bytes) -> ForwardRefusedError | None:
@@ -196,9 +200,13 @@ class TableQueue:
     # -- writing rows ------------------------------------------------------------------------------
     def insert(self, cursor: Any, native_id: Any, headers_text: str, body: bytes | None) -> None:
         """Insert a row as it is (Id given, no Expires). A NULL body is written as empty bytes: NULL stops a .NET
-        PostgreSQL receiver and ServiceControl's ingestion."""
-        self.dialect.execute(cursor, "insert_raw", {"id": _id_param(self.dialect, native_id), "headers": headers_text,
-                                                    "body": b"" if body is None else body}, **self.ids)
+        PostgreSQL receiver and ServiceControl's ingestion. When the table already holds that Id (Ids are unique,
+        as upstream's primary key makes them) the row goes in under a new Id: a copy is never lost for its Id."""
+        params = {"id": _id_param(self.dialect, native_id), "headers": headers_text,
+                  "body": b"" if body is None else body}
+        if self.dialect.execute(cursor, "insert_raw", params, **self.ids).rowcount == 0:
+            params["id"] = self.dialect.id_param(new_id())
+            self.dialect.execute(cursor, "insert_raw", params, **self.ids)
 
     def dead_letter(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None,
                     exc: BaseException) -> None:
@@ -235,12 +243,15 @@ class QueueBook:
         return self.dialect.parse_address(queue)
 
     def queue(self, queue: str | QueueAddress | TableQueue) -> TableQueue:
-        """The ``TableQueue`` of a queue (made once per table)."""
+        """The ``TableQueue`` of a queue (made once per table); NotAQueueError for a system table."""
         if isinstance(queue, TableQueue):
             return queue
         address = self.address(queue)
         found = self._queues.get(address)
         if found is None:
+            refused = self.dialect.system_table(address)
+            if refused is not None:
+                raise NotAQueueError(refused)
             with self._lock:
                 found = self._queues.setdefault(address, TableQueue(self.dialect, address, self))
         return found
@@ -299,7 +310,7 @@ def _id_param(dialect: Dialect, native_id: Any) -> Any:
         return dialect.id_param(native_id)
     if dialect.loose_types and native_id is not None:
         return native_id  # SQLite keeps whatever the row held
-    return dialect.id_param(native_uuid(native_id) if native_id is not None else uuid.uuid4())
+    return dialect.id_param(native_uuid(native_id) if native_id is not None else new_id())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import headers as h
+from .ids import new_id
 from .messages import OutgoingMessage
 from .queue import QueueBook, TableQueue
 
-_uuid4 = uuid.uuid4
+_new_id = new_id
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Outbox:
                 forward = {**message.headers, h.FORWARD_DESTINATION: target.name}
                 delayed.append({"headers": h.serialize_headers(forward), "body": body, "delay_ms": delay_ms})
                 continue
-            message_id = _uuid4()
+            message_id = _new_id()
             ids.append(message_id)
             rows.append({"id": id_param(message_id), "headers": headers_text, "body": body, "ttbr_ms": ttbr_ms})
         return prepared

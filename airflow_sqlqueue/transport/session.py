@@ -18,6 +18,7 @@ from .dialects import Dialect
 from .errors import (
     DatabaseConnectionError,
     InvalidMessageError,
+    NotAQueueError,
     PermissionDeniedError,
     QueueNotFoundError,
     SqlQueueError,
@@ -190,6 +191,11 @@ class Session:
             return QueueNotFoundError(
                 f"{what}: a queue table (or its schema) does not exist: {_first_line(exc)}. Create it with "
                 "`sqlqueue create QUEUE` or SqlQueueTransport.create_queue()")
+        if self.dialect.is_undefined_column(exc):
+            return NotAQueueError(
+                f"{what}: the table is not a queue table (a column is missing: {_first_line(exc)}). A queue table "
+                f"has the columns {', '.join(self.dialect.queue_columns)}; `sqlqueue check QUEUE` says what is "
+                "wrong with it, `sqlqueue create QUEUE` makes one")
         if self.dialect.is_permission_denied(exc):
             return PermissionDeniedError(f"{what}: the database user lacks a right: {_first_line(exc)}. "
                                          f"{self.dialect.rights_hint}")

@@ -359,12 +359,16 @@ class SqlQueueTransport:
 
 
 def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, delayed: bool = False,
-               notify: bool = False) -> str:
-    """The named DDL statements that create ``queues`` in ``dialect``, as one reviewable script."""
+               notify: bool = False, migrate: bool = False) -> str:
+    """The named DDL statements that create ``queues`` in ``dialect``, as one reviewable script (with ``notify``,
+    the PostgreSQL wake-up trigger too); with ``migrate``, the statements that migrate queues made by
+    airflow-sqlqueue 0.1 to the current shapes instead."""
     if isinstance(dialect, str):
         dialect = get_dialect(dialect)
     if notify and not dialect.supports_notify:
         raise ValueError(f"notify=True needs PostgreSQL's LISTEN/NOTIFY, not {dialect.name}: leave notify out")
+    if migrate:
+        return migration_script(dialect, queues, delayed=delayed)
     parts = []
     for queue in queues:
         address = dialect.parse_address(queue)
@@ -377,4 +381,30 @@ def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, 
             for name in dialect.notify_ddl:
                 sql = dialect.render(name, **ids)
                 parts.append(f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};")
+    return "\n\n".join(parts) + "\n"
+
+
+def migration_script(dialect: Dialect, queues: Iterable[str | QueueAddress], *, delayed: bool = False) -> str:
+    """The named statements that migrate 0.1 queues (and their delayed stores) to the current shapes.
+
+    ``check --repair`` runs the same steps and skips those a table does not need; a DBA running this script by
+    hand runs each statement on its own (the CONCURRENTLY ones outside a transaction, e.g. with psql's autocommit).
+    """
+    header = ("-- Migration of queue tables made by airflow-sqlqueue 0.1 to the current shapes. Run each statement on "
+              "its own,\n-- in order, in autocommit mode (CREATE/DROP INDEX CONCURRENTLY cannot run inside a "
+              "transaction); a statement\n-- that fails because its step is already done can be skipped. "
+              "`sqlqueue check --repair` does the same steps,\n-- only those a table needs.")
+    parts = [header]
+    for queue in queues:
+        address = dialect.parse_address(queue)
+        steps = dialect.migration(address, delayed)
+        parts.append(f"-- queue {dialect.format_address(address)}" + ("" if steps else
+                                                                      ": nothing to migrate on this database"))
+        for name, sql in steps:
+            text = f"-- {name}: {dialect.statements[name].description}\n{sql.rstrip().rstrip(';')};"
+            if dialect.delayed_migration and name == dialect.delayed_migration[0]:
+                text = "BEGIN;  -- the delayed store is migrated in one transaction\n\n" + text
+            parts.append(text)
+        if delayed and dialect.delayed_migration:
+            parts.append("COMMIT;")
     return "\n\n".join(parts) + "\n"

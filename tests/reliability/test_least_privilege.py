@@ -2,8 +2,9 @@
 processes; creating queues and repairing indexes say clearly that more rights are needed, and change nothing.
 
 The role gets SELECT, INSERT and DELETE on the queue tables, plus what PostgreSQL strictly needs:
-- UPDATE on one column (``seq``): ``FOR UPDATE SKIP LOCKED`` (receive, peek, purge) requires the UPDATE right on
-  at least one column of the table; the role cannot change a message's headers or body with it;
+- UPDATE on one column (``seq``; ``id`` on a delayed store): ``FOR UPDATE SKIP LOCKED`` (receive, peek, purge)
+  requires the UPDATE right on at least one column of the table; the role cannot change a message's headers or
+  body with it;
 - USAGE on the schema, and on the ``seq`` sequences (``serial``: an INSERT calls ``nextval``).
 Without UPDATE at all, receiving is refused with an error naming it: tests/test_operations.py::
 test_postgres_least_privilege. Roles are cluster-wide: each test makes a uniquely named one and drops it.
@@ -32,7 +33,8 @@ def limited(queues):
         queues.sql(f'GRANT USAGE ON SCHEMA {schema} TO "{role}"')
         queues.sql(f'GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA {schema} TO "{role}"')
         for (table,) in queues.sql("SELECT tablename FROM pg_tables WHERE schemaname = %s", (queues.schema,)):
-            queues.sql(f'GRANT UPDATE (seq) ON {schema}."{table.replace(chr(34), chr(34) * 2)}" TO "{role}"')
+            column = "id" if table.endswith(".Delayed") else "seq"  # a delayed store has no seq: lock by id
+            queues.sql(f'GRANT UPDATE ({column}) ON {schema}."{table.replace(chr(34), chr(34) * 2)}" TO "{role}"')
         queues.sql(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO "{role}"')
         parts = urlsplit(queues.url)
         url = f"postgresql://{role}@{parts.hostname}:{parts.port or 5432}{parts.path}"

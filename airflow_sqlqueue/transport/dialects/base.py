@@ -60,6 +60,12 @@ class Dialect:
     #: Names of the statements that make up a queue's DDL script, in order.
     queue_ddl: tuple[str, ...] = ()
     delayed_ddl: tuple[str, ...] = ("create_delayed_table", "create_delayed_due_index")
+    #: Names of the statements that migrate a queue (and its delayed table) made by airflow-sqlqueue 0.1 to the
+    #: current shape, in order (``sqlqueue ddl --migrate``; ``check --repair`` runs them step by step).
+    queue_migration: tuple[str, ...] = ()
+    delayed_migration: tuple[str, ...] = ()
+    #: Columns every queue table has (a table without them is not a queue).
+    queue_columns: tuple[str, ...] = ("id", "expires", "headers", "body", "seq")
     #: Names a DBA-facing tool uses for the column that orders the queue.
     seq_column: str = "seq"
     #: What to grant, said when a statement is refused for lack of rights.
@@ -105,17 +111,21 @@ class Dialect:
     def identifiers(self, address: QueueAddress) -> dict[str, str]:
         """Quoted identifiers for the ``{slots}`` of statements about one queue."""
         delayed = self.delayed_address(address)
-        return {
-            "queue": self.qualified(address),
-            "delayed": self.qualified(delayed),
-            "seq_index": self.quote(self.index_name(address, "seq")),
-            "expires_index": self.quote(self.index_name(address, "expires")),
-            "due_index": self.quote(self.index_name(address, "due")),
-        }
+        ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed)}
+        for kind in self.index_kinds:
+            ids[kind + "_index"] = self.quote(self.index_name(address, kind))
+        return ids
+
+    #: Kinds of index (and constraint) names a queue's statements use, each a ``{<kind>_index}`` slot.
+    index_kinds: tuple[str, ...] = ("seq", "expires", "due")
 
     def index_name(self, address: QueueAddress, kind: str) -> str:
         """Name of the index of one kind (seq, expires, due) on a queue's tables."""
         return f"{address.table}_{ {'seq': 'seq', 'expires': 'exp', 'due': 'due'}[kind]}_ix"
+
+    def system_table(self, address: QueueAddress) -> str | None:
+        """Why the address names a system table (never a queue), or None."""
+        return None
 
     # -- statements ------------------------------------------------------------------------------
     def render(self, name: str, **identifiers: str) -> str:
@@ -280,6 +290,24 @@ class Dialect:
         """Schema and index findings for one queue."""
         raise NotImplementedError
 
+    def not_a_queue(self, cursor: Any, address: QueueAddress) -> str | None:
+        """Why an existing object of that name is not a queue table (a view, an index, other columns), or None."""
+        return None
+
+    def taken_names(self, cursor: Any, address: QueueAddress, delayed: bool) -> list[tuple[str, str, str]]:
+        """The index names of a queue (and of its delayed table) held by another object: (kind, name, holder)."""
+        return []
+
+    def migration(self, address: QueueAddress, delayed: bool = False) -> list[tuple[str, str]]:
+        """(name, SQL) of the steps that migrate a 0.1 queue (and its delayed table), as reviewable text."""
+        ids = self.migration_identifiers(address)
+        names = self.queue_migration + (self.delayed_migration if delayed else ())
+        return [(n, self.render(n, **ids).replace("%%", "%")) for n in names]
+
+    def migration_identifiers(self, address: QueueAddress) -> dict[str, str]:
+        """Identifiers of the migration statements (schema-qualified index names for DROP INDEX)."""
+        return self.identifiers(address)
+
     def ddl(self, address: QueueAddress, delayed: bool = False) -> list[str]:
         """The statements that create a queue (and its delayed table), as reviewable text."""
         names = self.queue_ddl + (self.delayed_ddl if delayed else ())
@@ -301,6 +329,18 @@ class Dialect:
 
     def is_permission_denied(self, exc: BaseException) -> bool:
         """The user lacks a right for the statement."""
+        return False
+
+    def is_undefined_column(self, exc: BaseException) -> bool:
+        """A statement named a column the table lacks (the table is not a queue table)."""
+        return False
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        """An insert or a unique index build met a value held twice."""
+        return False
+
+    def is_duplicate_object(self, exc: BaseException) -> bool:
+        """Creating an object raced with another creator (a .NET endpoint creating the same table)."""
         return False
 
 

@@ -7,7 +7,7 @@ import select
 from typing import Any
 
 from ..address import QueueAddress, format_postgres, parse_postgres
-from ..errors import PermissionDeniedError, QueueNotFoundError
+from ..errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
 from .base import Dialect, Finding
 
 # SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html)
@@ -17,16 +17,41 @@ LOCK_NOT_AVAILABLE = "55P03"
 UNDEFINED_TABLE = "42P01"
 INVALID_SCHEMA_NAME = "3F000"
 INSUFFICIENT_PRIVILEGE = "42501"
+UNDEFINED_COLUMN = "42703"
+UNIQUE_VIOLATION = "23505"
+#: What a creator racing another one gets (upstream ignores them): duplicate table, duplicate object, and a
+#: unique violation on a catalog (pg_type, pg_class) when both CREATE ... IF NOT EXISTS at the same moment.
+DUPLICATE_OBJECT = ("42P07", "42710", "23505")
+#: Identifiers longer than this many bytes are truncated by PostgreSQL (NAMEDATALEN - 1).
+NAME_BYTES = 63
+#: Schemas that hold system tables, never queues.
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+#: relkind letters, for saying what holds a name.
+RELATION_KINDS = {"r": "table", "p": "partitioned table", "i": "index", "I": "partitioned index",
+                  "S": "sequence", "v": "view", "m": "materialized view", "c": "composite type",
+                  "f": "foreign table", "t": "TOAST table"}
 CONNECTION_CLASS = "08"
 OPERATOR_INTERVENTION = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now
 
 EXPECTED_COLUMNS = {"id": "uuid", "expires": "timestamp without time zone", "headers": "text",
                     "body": "bytea", "seq": "integer"}
+#: The delayed store as NServiceBus.Transport.PostgreSql 9.x creates it (0.1 of this provider made it with seq
+#: and a due without time zone).
+DELAYED_COLUMNS = {"id": "uuid", "headers": "text", "body": "bytea", "due": "timestamp with time zone"}
+
+
+def pg_name(text: str) -> str:
+    """A name as PostgreSQL stores it: cut to 63 bytes on a character boundary."""
+    data = text.encode("utf-8")
+    return text if len(data) <= NAME_BYTES else data[:NAME_BYTES].decode("utf-8", "ignore")
 
 
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a psycopg 3 or psycopg2 error."""
     return getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+
+
+CREATE_ATTEMPTS = 5
 
 
 class PostgresDialect(Dialect):
@@ -35,10 +60,21 @@ class PostgresDialect(Dialect):
     name = "postgres"
     sql_file = "postgres.sql"
     default_schema = "public"
-    queue_ddl = ("create_queue_table", "create_queue_seq_index", "create_queue_expires_index")
+    queue_ddl = ("create_queue_table", "create_queue_expires_index")
+    index_kinds = ("seq", "expires", "due", "pkey", "seq_key")
+    queue_migration = ("migrate_dedupe_ids", "migrate_build_id_index", "migrate_add_primary_key",
+                       "migrate_build_seq_index", "migrate_add_seq_unique", "migrate_drop_index")
+    delayed_migration = ("migrate_delayed_lock", "migrate_delayed_add_id", "migrate_delayed_primary_key",
+                         "migrate_delayed_due_type", "migrate_delayed_drop_seq", "migrate_delayed_fillfactor",
+                         "create_delayed_due_index", "migrate_delayed_drop_old_due_index")
     rights_hint = ("Sending needs INSERT (and USAGE on the seq sequence); receiving and peeking need SELECT and DELETE "
-                   "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...): PostgreSQL "
-                   "requires an UPDATE right for the row locks of FOR UPDATE SKIP LOCKED")
+                   "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...; on a "
+                   "delayed store, its id column): PostgreSQL requires an UPDATE right for the row locks of FOR "
+                   "UPDATE SKIP LOCKED")
+
+    def __init__(self, paramstyle: str = "pyformat") -> None:
+        super().__init__(paramstyle)
+        self._current_delayed: set[str] = set()  # delayed stores known to have the current shape
 
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
         if isinstance(text, QueueAddress):
@@ -53,6 +89,28 @@ class PostgresDialect(Dialect):
 
     def qualified(self, address: QueueAddress) -> str:
         return self.quote(address.schema or self.default_schema) + "." + self.quote(address.table)
+
+    def index_name(self, address: QueueAddress, kind: str) -> str:
+        """Index and constraint names: PostgreSQL's own for the keys (``<table>_pkey``, ``<table>_seq_key``),
+        upstream's ``"<delayed table>_Due"``, this provider's ``<table>_exp_ix``; ``seq`` and ``legacy_due`` are
+        the 0.1 names the migration replaces. Cut to 63 bytes as PostgreSQL cuts them."""
+        table, delayed = address.table, self.delayed_address(address).table
+        return pg_name({"seq": f"{table}_seq_ix", "expires": f"{table}_exp_ix", "due": f"{delayed}_Due",
+                        "pkey": f"{table}_pkey", "seq_key": f"{table}_seq_key", "legacy_due": f"{table}_due_ix"}[kind])
+
+    def system_table(self, address: QueueAddress) -> str | None:
+        schema = address.schema or self.default_schema
+        if schema in SYSTEM_SCHEMAS or schema.startswith("pg_"):
+            return (f"{self.format_address(address)} is in the system schema {schema!r}: its tables belong to "
+                    "PostgreSQL and are never queues; name a queue in your own schema (public by default)")
+        return None
+
+    def migration_identifiers(self, address: QueueAddress) -> dict[str, str]:
+        ids = self.identifiers(address)
+        schema = self.quote(address.schema or self.default_schema)
+        ids["index"] = schema + "." + ids["seq_index"]
+        ids["legacy_due_index"] = schema + "." + self.quote(self.index_name(address, "legacy_due"))
+        return ids
 
     def configure(self, connection: Any) -> None:
         # READ COMMITTED is what SKIP LOCKED receivers need; set it explicitly (a server default may differ)
@@ -70,23 +128,91 @@ class PostgresDialect(Dialect):
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
 
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
+        """Create idempotently; a .NET endpoint creating the same table at the same moment is tolerated (its
+        duplicate-object errors mean the table is there: try again, and IF NOT EXISTS finds it)."""
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                self._create(connection, address, delayed)
+                return
+            except Exception as exc:
+                if self.is_duplicate_object(exc) and attempt < CREATE_ATTEMPTS:
+                    continue
+                if self.is_permission_denied(exc):
+                    schema = address.schema or self.default_schema
+                    raise PermissionDeniedError(
+                        f"creating queue {self.format_address(address)!r} needs CREATE on schema {schema!r}: "
+                        f"{exc}".strip()) from exc
+                raise
+
+    def _create(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
         schema = address.schema or self.default_schema
         ids = self.identifiers(address)
-        try:
-            with self.transaction(connection) as cur:
-                self.execute(cur, "create_lock", {"lock_name": f"sqlqueue:{schema}.{address.table}"})
-                if not self.scalar(cur, "schema_exists", {"schema_name": schema}):
-                    raise QueueNotFoundError(
-                        f"schema {schema!r} does not exist; queues never create schemas: run "
-                        f"CREATE SCHEMA {self.quote(schema)} first (or use an existing schema)")
-                for name in self.queue_ddl + (self.delayed_ddl if delayed else ()):
-                    self.execute(cur, name, None, **ids)
-        except Exception as exc:
-            if self.is_permission_denied(exc):
-                raise PermissionDeniedError(
-                    f"creating queue {self.format_address(address)!r} needs CREATE on schema {schema!r}: "
-                    f"{exc}".strip()) from exc
-            raise
+        with self.transaction(connection) as cur:
+            self.execute(cur, "create_lock", {"lock_name": f"sqlqueue:{schema}.{address.table}"})
+            if not self.scalar(cur, "schema_exists", {"schema_name": schema}):
+                raise QueueNotFoundError(
+                    f"schema {schema!r} does not exist; queues never create schemas: run "
+                    f"CREATE SCHEMA {self.quote(schema)} first (or use an existing schema)")
+            # CREATE ... IF NOT EXISTS skips silently when the name is held by anything: check before and after
+            # (the transaction rolls back, nothing is left half made)
+            self._refuse_not_a_queue(cur, address, delayed)
+            for name in self.queue_ddl + (self.delayed_ddl if delayed else ()):
+                self.execute(cur, name, None, **ids)
+            self._refuse_not_a_queue(cur, address, delayed)
+            taken = self.taken_names(cur, address, delayed)
+            if taken:
+                raise NameCollisionError("; ".join(
+                    f"queue {self.format_address(address)!r} needs the index name {name!r} ({kind}), which is "
+                    f"taken by {holder}" for kind, name, holder in taken)
+                    + ": nothing was created; rename or drop that object, or choose another queue name")
+
+    def _refuse_not_a_queue(self, cur: Any, address: QueueAddress, delayed: bool) -> None:
+        reason = self.not_a_queue(cur, address)
+        if reason is None and delayed:
+            reason = self.not_a_queue(cur, self.delayed_address(address), DELAYED_COLUMNS)
+        if reason is not None:
+            raise NotAQueueError(reason + ": nothing was created")
+
+    def relation(self, cur: Any, schema: str, name: str) -> tuple[str, str | None, bool | None] | None:
+        row = self.execute(cur, "relation_named", {"schema_name": schema, "name": name}).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def not_a_queue(self, cursor: Any, address: QueueAddress,
+                    columns: dict[str, str] | None = None) -> str | None:
+        schema = address.schema or self.default_schema
+        name = self.format_address(address)
+        found = self.relation(cursor, schema, address.table)
+        if found is None:
+            return None
+        kind = found[0]
+        if kind not in ("r", "p"):
+            holder = RELATION_KINDS.get(kind, f"relation of kind {kind!r}")
+            owner = f" of table {found[1]!r}" if found[1] else ""
+            return f"{name} is {_a(holder)}{owner}, not a queue table"
+        wanted = columns or EXPECTED_COLUMNS
+        have = {row[0] for row in self.execute(cursor, "list_columns",
+                                               {"schema_name": schema, "table_name": address.table})}
+        missing = [c for c in wanted if c not in have]
+        if columns is None and missing:
+            return (f"{name} is a table but not a queue table: it lacks the column(s) {', '.join(missing)} "
+                    f"(a queue table has {', '.join(wanted)})")
+        if columns is not None and not {"headers", "body", "due"} <= have:
+            return f"{name} is a table but not a delayed store: it lacks headers, body or due"
+        return None
+
+    def taken_names(self, cursor: Any, address: QueueAddress, delayed: bool) -> list[tuple[str, str, str]]:
+        schema = address.schema or self.default_schema
+        delayed_table = self.delayed_address(address).table
+        wanted = [("expires", address.table)] + ([("due", delayed_table)] if delayed else [])
+        taken = []
+        for kind, table in wanted:
+            name = self.index_name(address, kind)
+            found = self.relation(cursor, schema, name)
+            if found is not None and not (found[0] == "i" and found[1] == table):
+                holder = RELATION_KINDS.get(found[0], "an object")
+                taken.append((kind, name, f"{_a(holder)} {schema}.{name}"
+                              + (f" of table {found[1]!r}" if found[1] else "")))
+        return taken
 
     # -- push wake-ups (LISTEN/NOTIFY) -------------------------------------------------------------
     supports_notify = True
@@ -159,6 +285,23 @@ class PostgresDialect(Dialect):
         rows = self.execute(cursor, "discover_queues").fetchall()
         return [QueueAddress(table, None if schema == self.default_schema else schema) for schema, table in rows]
 
+    def move_due_delayed(self, cursor: Any, address: QueueAddress, batch_size: int) -> int:
+        """Move by id (reused), as upstream's mover; a 0.1 delayed store (no id column) by seq until migrated."""
+        ids = self.identifiers(address)
+        statement = "move_due_delayed" if self._delayed_has_id(cursor, address) else "move_due_delayed_legacy"
+        return max(self.execute(cursor, statement, {"batch_size": batch_size}, **ids).rowcount, 0)
+
+    def _delayed_has_id(self, cursor: Any, address: QueueAddress) -> bool:
+        delayed = self.delayed_address(address)
+        key = self.qualified(delayed)
+        if key in self._current_delayed:
+            return True
+        has_id = bool(self.scalar(cursor, "column_exists", {
+            "schema_name": delayed.schema or self.default_schema, "table_name": delayed.table, "column_name": "id"}))
+        if has_id:  # only the current shape is remembered: a 0.1 store is asked again until it is migrated
+            self._current_delayed.add(key)
+        return has_id
+
     def check(self, cursor: Any, address: QueueAddress) -> list[Finding]:
         where = {"schema_name": address.schema or self.default_schema, "table_name": address.table}
         queue = self.format_address(address)
@@ -176,14 +319,25 @@ class PostgresDialect(Dialect):
                                     "headers is character varying; NServiceBus creates text"))
         indexes = self.execute(cursor, "list_indexes", where).fetchall()
         first = {row[1] for row in indexes}
-        if "seq" not in first:
-            findings.append(Finding(queue, "missing_seq_index",
-                                    "no index on seq: every receive and peek scans the table",
-                                    ("create_queue_seq_index",)))
+        primary = {row[1] for row in indexes if row[5] and row[4]}
+        unique = {row[1] for row in indexes if row[4]}
+        if "id" in columns and "id" not in primary:
+            findings.append(Finding(
+                queue, "missing_primary_key",
+                "no primary key on id (a table made by airflow-sqlqueue 0.1): .NET receivers delete by id, so "
+                "each of their receives scans the table; repair builds it without blocking senders",
+                ("migrate_primary_key",)))
+        if "seq" in columns and "seq" not in unique:
+            scans = "" if "seq" in first else ", and with no index on seq every receive and peek scans the table"
+            findings.append(Finding(
+                queue, "missing_seq_unique",
+                f"seq is not UNIQUE as NServiceBus creates it (a table made by airflow-sqlqueue 0.1){scans}; "
+                "repair builds the constraint without blocking senders", ("migrate_seq_unique",)))
         if "expires" not in first:
-            findings.append(Finding(queue, "missing_expires_index",
-                                    "no index on expires: purging expired messages scans the table",
-                                    ("create_queue_expires_index",)))
+            findings.append(self._index_finding(cursor, address, "expires", address.table, (
+                "missing_expires_index", "no index on expires: purging expired messages scans the table",
+                ("create_queue_expires_index",))))
+        findings += self._check_delayed(cursor, address, queue)
         stats = self.execute(cursor, "table_bloat", where).fetchone()
         if stats is not None:
             live, dead = int(stats[0]), int(stats[1])
@@ -192,6 +346,39 @@ class PostgresDialect(Dialect):
                                         f"{dead} dead tuples beside {live} live ones slow receives; VACUUM it",
                                         ("vacuum",)))
         return findings
+
+    def _check_delayed(self, cursor: Any, address: QueueAddress, queue: str) -> list[Finding]:
+        """Findings for the queue's delayed store, when it has one."""
+        delayed = self.delayed_address(address)
+        where = {"schema_name": delayed.schema or self.default_schema, "table_name": delayed.table}
+        columns = {name: data_type for name, data_type, _ in self.execute(cursor, "list_columns", where)}
+        if not columns:
+            return []
+        findings = []
+        if any(columns.get(c) != t for c, t in DELAYED_COLUMNS.items()) or "seq" in columns:
+            findings.append(Finding(
+                queue, "legacy_delayed_table",
+                f"the delayed store {self.format_address(delayed)} has the airflow-sqlqueue 0.1 shape "
+                f"({', '.join(f'{c} {t}' for c, t in columns.items())}); NServiceBus creates id uuid primary key, "
+                "headers, body, due timestamptz, and its mover deletes by id: a .NET endpoint cannot move these "
+                "messages. Repair migrates it in one short transaction (senders wait, nothing is lost)",
+                ("migrate_delayed",)))
+        if "due" not in {row[1] for row in self.execute(cursor, "list_indexes", where)}:
+            findings.append(self._index_finding(cursor, address, "due", delayed.table, (
+                "missing_due_index", "no index on due in the delayed store: every move scans it",
+                ("create_delayed_due_index",))))
+        return findings
+
+    def _index_finding(self, cursor: Any, address: QueueAddress, kind: str, table: str,
+                       missing: tuple[str, str, tuple[str, ...]]) -> Finding:
+        """The finding for a missing index: repairable, unless its name is taken by another object."""
+        queue = self.format_address(address)
+        for taken_kind, name, holder in self.taken_names(cursor, address, kind == "due"):
+            if taken_kind == kind:
+                return Finding(queue, "index_name_taken",
+                               f"the {kind} index of {table!r} is missing and cannot be created: its name {name!r} "
+                               f"is taken by {holder}; rename or drop that object, then run check --repair")
+        return Finding(queue, *missing)
 
     def is_deadlock(self, exc: BaseException) -> bool:
         return sqlstate(exc) in (DEADLOCK_DETECTED, SERIALIZATION_FAILURE, LOCK_NOT_AVAILABLE)
@@ -207,3 +394,16 @@ class PostgresDialect(Dialect):
 
     def is_permission_denied(self, exc: BaseException) -> bool:
         return sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+
+    def is_undefined_column(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == UNDEFINED_COLUMN
+
+    def is_duplicate_object(self, exc: BaseException) -> bool:
+        return sqlstate(exc) in DUPLICATE_OBJECT
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == UNIQUE_VIOLATION
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun

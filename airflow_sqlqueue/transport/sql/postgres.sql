@@ -14,35 +14,44 @@ SELECT count(*) FROM pg_namespace WHERE nspname = %(schema_name)s
 -- 1 when the table exists.
 SELECT count(*) FROM pg_tables WHERE schemaname = %(schema_name)s AND tablename = %(table_name)s
 
+-- relation_named --
+-- What holds a name in a schema (tables, indexes, sequences, views share one namespace): its kind (r table,
+-- p partitioned table, i index, S sequence, v view, m materialized view, c composite type, f foreign table) and,
+-- for an index, the table it belongs to and whether it is valid (an interrupted CONCURRENTLY build is not).
+SELECT c.relkind::text, t.relname, ix.indisvalid
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_index AS ix ON ix.indexrelid = c.oid
+LEFT JOIN pg_class AS t ON t.oid = ix.indrelid
+WHERE n.nspname = %(schema_name)s AND c.relname = %(name)s
+
 -- create_queue_table --
--- The queue table: the exact shape NServiceBus.Transport.PostgreSql creates.
+-- The queue table: the exact shape NServiceBus.Transport.PostgreSql 9.x creates. The primary key on id serves
+-- .NET receivers (they delete by id); the unique constraint on seq is the FIFO index of receive and peek.
 CREATE TABLE IF NOT EXISTS {queue} (
-    id uuid NOT NULL,
+    id uuid NOT NULL PRIMARY KEY,
     expires timestamp NULL,
     headers text NOT NULL,
     body bytea NULL,
-    seq serial NOT NULL
+    seq serial NOT NULL UNIQUE
 );
 
--- create_queue_seq_index --
--- FIFO order index used by receive and peek.
-CREATE INDEX IF NOT EXISTS {seq_index} ON {queue} (seq);
-
 -- create_queue_expires_index --
--- Partial index used by purge of expired messages.
+-- Partial index used by purge of expired messages (an extra: upstream creates none).
 CREATE INDEX IF NOT EXISTS {expires_index} ON {queue} (expires) WHERE expires IS NOT NULL;
 
 -- create_delayed_table --
--- The delayed-delivery store of an endpoint ("<endpoint>.Delayed").
+-- The delayed-delivery store of an endpoint ("<endpoint>.Delayed"), the shape NServiceBus.Transport.PostgreSql
+-- 9.x creates: whichever side creates it first fixes its shape, and both movers move rows by id.
 CREATE TABLE IF NOT EXISTS {delayed} (
+    id uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY,
     headers text NOT NULL,
     body bytea NULL,
-    due timestamp NOT NULL,
-    seq serial NOT NULL
-);
+    due timestamptz NOT NULL
+) WITH (fillfactor=100);
 
 -- create_delayed_due_index --
--- Index used by the delayed-message mover.
+-- Index used by the delayed-message movers ("<delayed table>_Due", the name upstream gives it).
 CREATE INDEX IF NOT EXISTS {due_index} ON {delayed} (due);
 
 -- send --
@@ -53,7 +62,7 @@ VALUES (
     CASE WHEN %(ttbr_ms)s::bigint IS NULL THEN NULL
          ELSE (statement_timestamp() AT TIME ZONE 'UTC') + %(ttbr_ms)s::bigint * INTERVAL '1 millisecond' END,
     %(headers)s,
-    %(body)s)
+    COALESCE(%(body)s::bytea, ''::bytea))
 
 -- send_many --
 -- Insert a batch in one statement and one round trip, in list order.
@@ -62,7 +71,7 @@ SELECT m.id,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
             ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
        m.headers,
-       m.body
+       COALESCE(m.body, ''::bytea)
 FROM unnest(%(ids)s::uuid[], %(ttbr_ms)s::bigint[], %(headers)s::text[], %(bodies)s::bytea[])
      WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
 ORDER BY m.ord
@@ -80,13 +89,17 @@ FROM unnest(%(ids)b::uuid[], %(ttbr_ms)b::bigint[], %(headers)b::text[], %(bodie
 ORDER BY m.ord
 
 -- insert_raw --
--- Copy a row unchanged (same Id, no Expires): error queue moves and retries.
-INSERT INTO {queue} (id, expires, headers, body) VALUES (%(id)s::uuid, NULL, %(headers)s, %(body)s)
+-- Copy a row (same Id, no Expires): error queue moves, retries, forwards. Inserts nothing when the table already
+-- holds that Id (the caller then inserts it under a new Id); a NULL body is written as empty bytes.
+INSERT INTO {queue} (id, expires, headers, body)
+VALUES (%(id)s::uuid, NULL, %(headers)s, COALESCE(%(body)s::bytea, ''::bytea))
+ON CONFLICT DO NOTHING
 
 -- send_delayed --
 -- Store a message in the delayed table, due after %(delay_ms)s milliseconds (database clock).
 INSERT INTO {delayed} (headers, body, due)
-VALUES (%(headers)s, %(body)s, (statement_timestamp() AT TIME ZONE 'UTC') + %(delay_ms)s::bigint * INTERVAL '1 millisecond')
+VALUES (%(headers)s, COALESCE(%(body)s::bytea, ''::bytea),
+        (statement_timestamp() AT TIME ZONE 'UTC') + %(delay_ms)s::bigint * INTERVAL '1 millisecond')
 
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest rows no other receiver holds, and return them.
@@ -142,7 +155,22 @@ WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE expires <= (statement_timest
                       LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
 
 -- move_due_delayed --
--- Move up to %(batch_size)s due delayed messages into the endpoint's input queue (new Id).
+-- Move up to %(batch_size)s due delayed messages into the endpoint's input queue, oldest due first, reusing each
+-- row's id as upstream's mover does (a new one only if the queue already holds that id); never a NULL body.
+WITH due AS (
+    DELETE FROM {delayed}
+    WHERE id IN (SELECT id FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
+                 ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+    RETURNING id, headers, body, due
+)
+INSERT INTO {queue} (id, expires, headers, body)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {queue} AS q WHERE q.id = due.id) THEN gen_random_uuid() ELSE due.id END,
+       NULL, due.headers, COALESCE(due.body, ''::bytea)
+FROM due ORDER BY due.due, due.id
+
+-- move_due_delayed_legacy --
+-- move_due_delayed for a delayed table made by airflow-sqlqueue 0.1 (no id column; `check --repair`
+-- migrates it): new Ids, seq order.
 WITH due AS (
     DELETE FROM {delayed}
     WHERE seq IN (SELECT seq FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
@@ -150,7 +178,12 @@ WITH due AS (
     RETURNING headers, body, seq
 )
 INSERT INTO {queue} (id, expires, headers, body)
-SELECT gen_random_uuid(), NULL, due.headers, due.body FROM due ORDER BY due.seq
+SELECT gen_random_uuid(), NULL, due.headers, COALESCE(due.body, ''::bytea) FROM due ORDER BY due.seq
+
+-- column_exists --
+-- 1 when a table has the column (tells a delayed table of the current shape from a legacy one).
+SELECT count(*) FROM information_schema.columns
+WHERE table_schema = %(schema_name)s AND table_name = %(table_name)s AND column_name = %(column_name)s
 
 -- savepoint --
 -- Mark a point to undo one message's work.
@@ -183,9 +216,12 @@ WHERE table_schema = %(schema_name)s AND table_name = %(table_name)s
 ORDER BY ordinal_position
 
 -- list_indexes --
--- Indexes of a table by first key column (matched by column, not by name).
+-- Indexes of a table by first key column (matched by column, not by name), whether they are unique over that
+-- one column (a primary key or unique constraint), and whether they are valid.
 SELECT i.relname AS index_name, a.attname AS first_column, ix.indisclustered AS is_clustered,
-       pg_get_expr(ix.indpred, ix.indrelid) AS predicate
+       pg_get_expr(ix.indpred, ix.indrelid) AS predicate,
+       (ix.indisunique AND ix.indnkeyatts = 1 AND ix.indpred IS NULL AND ix.indisvalid) AS unique_on_column,
+       ix.indisprimary AS is_primary
 FROM pg_index AS ix
 JOIN pg_class AS t ON t.oid = ix.indrelid
 JOIN pg_namespace AS n ON n.oid = t.relnamespace
@@ -228,3 +264,65 @@ SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%(table)s) AND tgname = %(t
 -- listen --
 -- Receive the wake-ups of every queue on this connection (filtered by payload).
 LISTEN sqlqueue
+
+-- Migration of tables made by airflow-sqlqueue 0.1 (no primary key, no unique seq; delayed store with seq and a
+-- due without time zone) to the shapes above. `sqlqueue check --repair` runs these steps online; `sqlqueue ddl
+-- --migrate` prints them for a DBA. Statements marked "outside a transaction" use CONCURRENTLY: they neither
+-- block nor are blocked by senders and receivers.
+
+-- migrate_dedupe_ids --
+-- Migration: give a new Id to every row but the oldest of each Id held more than once (a primary key needs
+-- unique Ids; the NServiceBus.MessageId header, the message's identity, is kept).
+UPDATE {queue} SET id = gen_random_uuid()
+WHERE seq IN (SELECT d.seq FROM (SELECT seq, row_number() OVER (PARTITION BY id ORDER BY seq) AS n FROM {queue}) AS d
+              WHERE d.n > 1)
+
+-- migrate_build_id_index --
+-- Migration, outside a transaction: build the unique index on id that becomes the primary key.
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {pkey_index} ON {queue} (id)
+
+-- migrate_add_primary_key --
+-- Migration: make that index the primary key (a brief lock; id is NOT NULL already, so nothing is scanned).
+ALTER TABLE {queue} ADD CONSTRAINT {pkey_index} PRIMARY KEY USING INDEX {pkey_index}
+
+-- migrate_build_seq_index --
+-- Migration, outside a transaction: build the unique index on seq that becomes the unique constraint.
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {seq_key_index} ON {queue} (seq)
+
+-- migrate_add_seq_unique --
+-- Migration: make that index the UNIQUE constraint on seq (a brief lock).
+ALTER TABLE {queue} ADD CONSTRAINT {seq_key_index} UNIQUE USING INDEX {seq_key_index}
+
+-- migrate_drop_index --
+-- Migration, outside a transaction: drop an index ({index} is schema-qualified): the 0.1 seq index the unique
+-- constraint replaces, or an invalid index an interrupted CONCURRENTLY build left behind.
+DROP INDEX CONCURRENTLY IF EXISTS {index}
+
+-- migrate_delayed_lock --
+-- Migration of a 0.1 delayed store, in one transaction: senders and movers wait for it (a delayed store is small).
+LOCK TABLE {delayed} IN ACCESS EXCLUSIVE MODE
+
+-- migrate_delayed_add_id --
+-- Migration: the id column, filled for every stored row.
+ALTER TABLE {delayed} ADD COLUMN IF NOT EXISTS id uuid NOT NULL DEFAULT gen_random_uuid()
+
+-- migrate_delayed_primary_key --
+-- Migration: the primary key on id (both movers delete by id; PostgreSQL names it).
+ALTER TABLE {delayed} ADD PRIMARY KEY (id)
+
+-- migrate_delayed_due_type --
+-- Migration: due as timestamptz, read from the UTC wall-clock time 0.1 stored as the session's time zone does,
+-- as the senders and movers of both sides compare it.
+ALTER TABLE {delayed} ALTER COLUMN due TYPE timestamptz USING due::timestamptz
+
+-- migrate_delayed_drop_seq --
+-- Migration: drop the seq column (and its sequence) upstream's shape does not have.
+ALTER TABLE {delayed} DROP COLUMN IF EXISTS seq
+
+-- migrate_delayed_fillfactor --
+-- Migration: the storage parameter upstream creates the store with.
+ALTER TABLE {delayed} SET (fillfactor=100)
+
+-- migrate_delayed_drop_old_due_index --
+-- Migration: drop the 0.1 due index ({legacy_due_index} is schema-qualified) once "<table>_Due" exists.
+DROP INDEX IF EXISTS {legacy_due_index}

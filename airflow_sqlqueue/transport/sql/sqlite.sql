@@ -7,10 +7,15 @@
 -- 1 when the table exists.
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = %(table_name)s
 
+-- object_named --
+-- What holds a name (tables and indexes share one namespace): its type and, for an index, its table.
+SELECT type, tbl_name FROM sqlite_master WHERE name = %(name)s COLLATE NOCASE
+
 -- create_queue_table --
--- The queue table; seq is the rowid (never reused thanks to AUTOINCREMENT), so FIFO order is an index.
+-- The queue table; seq is the rowid (never reused thanks to AUTOINCREMENT), so FIFO order is an index; id is
+-- unique, as PostgreSQL's primary key.
 CREATE TABLE IF NOT EXISTS {queue} (
-    id TEXT NOT NULL,
+    id TEXT NOT NULL UNIQUE,
     expires TEXT NULL,
     headers TEXT NOT NULL,
     body BLOB NULL,
@@ -42,16 +47,18 @@ VALUES (
     CASE WHEN %(ttbr_ms)s IS NULL THEN NULL
          ELSE strftime('%%Y-%%m-%%d %%H:%%M:%%f', julianday('now') + %(ttbr_ms)s / 86400000.0) END,
     %(headers)s,
-    %(body)s)
+    COALESCE(%(body)s, X''))
 
 -- insert_raw --
--- Copy a row unchanged (same Id, no Expires): error queue moves and retries.
-INSERT INTO {queue} (id, expires, headers, body) VALUES (%(id)s, NULL, %(headers)s, %(body)s)
+-- Copy a row (same Id, no Expires): error queue moves, retries, forwards, the delayed mover. Inserts nothing when
+-- the table already holds that Id (the caller then inserts it under a new Id); a NULL body is written as empty bytes.
+INSERT INTO {queue} (id, expires, headers, body) VALUES (%(id)s, NULL, %(headers)s, COALESCE(%(body)s, X''))
+ON CONFLICT DO NOTHING
 
 -- send_delayed --
 -- Store a message in the delayed table, due after %(delay_ms)s milliseconds (database clock).
 INSERT INTO {delayed} (headers, body, due)
-VALUES (%(headers)s, %(body)s,
+VALUES (%(headers)s, COALESCE(%(body)s, X''),
         strftime('%%Y-%%m-%%d %%H:%%M:%%f', julianday('now') + %(delay_ms)s / 86400000.0))
 
 -- receive_batch --
@@ -137,6 +144,24 @@ SELECT name, type, CASE WHEN "notnull" = 1 THEN 'NO' ELSE 'YES' END, pk
 FROM pragma_table_info(%(table_name)s) ORDER BY cid
 
 -- list_indexes --
--- Indexes of a table by first key column.
-SELECT l.name, (SELECT i.name FROM pragma_index_info(l.name) AS i WHERE i.seqno = 0), 0, l.partial
+-- Indexes of a table by first key column, and whether each is unique over that one column.
+SELECT l.name, (SELECT i.name FROM pragma_index_info(l.name) AS i WHERE i.seqno = 0), 0, l.partial,
+       (l."unique" = 1 AND l.partial = 0 AND (SELECT count(*) FROM pragma_index_info(l.name)) = 1)
 FROM pragma_index_list(%(table_name)s) AS l ORDER BY l.name
+
+-- Migration of queue tables made by airflow-sqlqueue 0.1 (id not unique). `sqlqueue check --repair` runs these
+-- steps in one transaction (senders wait for SQLite's write lock); `sqlqueue ddl --migrate` prints them.
+
+-- migrate_dedupe_ids --
+-- Migration: give a new random Id to every row but the oldest of each Id held more than once (the
+-- NServiceBus.MessageId header, the message's identity, is kept).
+UPDATE {queue}
+SET id = lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-'
+               || substr('89ab', 1 + (abs(random()) %% 4), 1) || substr(hex(randomblob(2)), 2) || '-'
+               || hex(randomblob(6)))
+WHERE seq IN (SELECT d.seq FROM (SELECT seq, row_number() OVER (PARTITION BY id ORDER BY seq) AS n FROM {queue}) AS d
+              WHERE d.n > 1)
+
+-- migrate_unique_id --
+-- Migration: the unique index on id (what UNIQUE on the column gives a new table).
+CREATE UNIQUE INDEX IF NOT EXISTS {id_index} ON {queue} (id)
