@@ -82,6 +82,11 @@ class Dialect:
         """Canonical text of an address (parses back to the same address)."""
         raise NotImplementedError
 
+    def wire_address(self, address: QueueAddress) -> str:
+        """The canonical address written in headers that name a queue (``NServiceBus.FailedQ``, forward
+        destinations, reply addresses), as a .NET endpoint writes its own: schema (and catalog) always given."""
+        return self.format_address(address)
+
     def quote(self, name: str) -> str:
         """Quote one identifier."""
         raise NotImplementedError
@@ -104,6 +109,7 @@ class Dialect:
         delayed = self.delayed_address(address)
         return {
             "queue": self.qualified(address),
+            "table": self.qualified(address),  # statements about a table that is not a queue (subscriptions)
             "delayed": self.qualified(delayed),
             "seq_index": self.quote(self.index_name(address, "seq")),
             "expires_index": self.quote(self.index_name(address, "expires")),

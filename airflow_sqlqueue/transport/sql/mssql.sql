@@ -320,3 +320,34 @@ ALTER INDEX ALL ON {queue} REORGANIZE
 -- Turn a CLUSTERED Index_RowVersion (tables made before 2020) into the NONCLUSTERED one; one batch, one transaction.
 DROP INDEX {seq_index} ON {queue};
 CREATE NONCLUSTERED INDEX {seq_index} ON {queue} (RowVersion)
+
+-- create_subscription_table --
+-- The subscription table shared by every endpoint (native publish/subscribe, NServiceBus.Transport.SqlServer's shape; {table} is its name). Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {table} (
+    QueueAddress nvarchar(200) NOT NULL,
+    Endpoint nvarchar(200) NOT NULL,
+    Topic nvarchar(200) NOT NULL,
+    PRIMARY KEY (Endpoint, Topic)
+)
+
+-- subscribe --
+-- Subscribe an endpoint's queue to a topic: a MERGE under an exclusive table lock (as upstream), updating the queue address of an existing (Endpoint, Topic).
+MERGE {table} WITH (HOLDLOCK, TABLOCKX) AS target
+USING (SELECT %(queue_address)s AS QueueAddress, %(topic)s AS Topic, %(endpoint)s AS Endpoint) AS source
+ON target.Endpoint = source.Endpoint AND target.Topic = source.Topic
+WHEN MATCHED AND target.QueueAddress <> source.QueueAddress THEN
+    UPDATE SET QueueAddress = source.QueueAddress
+WHEN NOT MATCHED THEN
+    INSERT (QueueAddress, Topic, Endpoint) VALUES (source.QueueAddress, source.Topic, source.Endpoint);
+
+-- unsubscribe --
+-- Remove an endpoint's subscription to a topic.
+DELETE FROM {table} WHERE Endpoint = %(endpoint)s AND Topic = %(topic)s
+
+-- subscribers --
+-- The queue addresses subscribed to one topic.
+SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
+
+-- list_subscriptions --
+-- Every subscription, by topic.
+SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint

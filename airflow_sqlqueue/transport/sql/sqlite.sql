@@ -140,3 +140,30 @@ FROM pragma_table_info(%(table_name)s) ORDER BY cid
 -- Indexes of a table by first key column.
 SELECT l.name, (SELECT i.name FROM pragma_index_info(l.name) AS i WHERE i.seqno = 0), 0, l.partial
 FROM pragma_index_list(%(table_name)s) AS l ORDER BY l.name
+
+-- create_subscription_table --
+-- The subscription table shared by every endpoint (native publish/subscribe, the upstream shape; {table} is its name).
+CREATE TABLE IF NOT EXISTS {table} (
+    QueueAddress varchar(200) NOT NULL,
+    Endpoint varchar(200) NOT NULL,
+    Topic varchar(200) NOT NULL,
+    PRIMARY KEY (Endpoint, Topic)
+)
+
+-- subscribe --
+-- Subscribe an endpoint's queue to a topic (an upsert on (Endpoint, Topic): the endpoint's queue address is updated).
+INSERT INTO {table} (QueueAddress, Topic, Endpoint)
+VALUES (%(queue_address)s, %(topic)s, %(endpoint)s)
+ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = excluded.QueueAddress
+
+-- unsubscribe --
+-- Remove an endpoint's subscription to a topic.
+DELETE FROM {table} WHERE Endpoint = %(endpoint)s AND Topic = %(topic)s
+
+-- subscribers --
+-- The queue addresses subscribed to one topic.
+SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
+
+-- list_subscriptions --
+-- Every subscription, by topic.
+SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
