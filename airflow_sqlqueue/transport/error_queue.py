@@ -95,13 +95,15 @@ class Failure:
 
 
 def failure_of(raw_headers: str | None) -> Failure:
-    """The failure a stored error-queue row records (never raises: bad headers are a group of their own)."""
+    """The failure a stored error-queue row records (never raises: bad headers are a group of their own; the
+    group names are printable even when the headers hold lone surrogates)."""
     try:
         parsed = parse_headers(raw_headers)
     except PoisonHeadersError:
         return Failure("(headers not JSON)", "-", {})
     missing = "(poison)" if h.RAW_HEADERS in parsed else "(no FailedQ)"
-    return Failure(parsed.get(h.FAILED_Q) or missing, parsed.get(h.EXCEPTION_TYPE) or "-", parsed)
+    return Failure(h.printable(parsed.get(h.FAILED_Q) or missing), h.printable(parsed.get(h.EXCEPTION_TYPE) or "-"),
+                   parsed)
 
 
 def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:

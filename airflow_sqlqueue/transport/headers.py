@@ -7,6 +7,7 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from typing import Any
 
 from .errors import InvalidMessageError
 
@@ -111,6 +112,18 @@ def escape_surrogates(text: str) -> str:
     """JSON text with lone surrogates written as ``\\uXXXX`` escapes, so it can be encoded as UTF-8 (for output
     made from rows: ``--json``, the dashboard). Valid only on JSON text, where surrogates sit inside strings."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", text)
+
+
+def printable(value: Any) -> Any:
+    """``value`` (text, or dicts and lists of it) with lone surrogates shown as ``\\uXXXX`` text, so that it can
+    be printed or sent as UTF-8 (header values read from rows may hold them: ``"\\ud800"`` parses to one)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(v) for v in value]
+    return value
 
 
 class PoisonHeadersError(ValueError):

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import headers as h
 from .address import QueueAddress
-from .errors import InvalidAddressError, InvalidMessageError
+from .errors import InvalidAddressError, InvalidMessageError, QueueNotFoundError
 from .messages import OutgoingMessage
 from .queue import QueueBook, TableQueue
 from .sending import Outbox
@@ -95,6 +95,19 @@ class PubSub:
         self.name = self.dialect.format_address(table)
         self.ids = self.dialect.identifiers(table)
 
+    def _run(self, work: Any, what: str, read_only: bool = False) -> Any:
+        """``session.run``, with a clear error when the subscription table itself is missing."""
+        try:
+            return self.session.run(work, what=what, read_only=read_only)
+        except QueueNotFoundError as exc:
+            if not self.session.run(lambda cur: self.dialect.table_exists(cur, self.table), what=what,
+                                    read_only=True):
+                raise QueueNotFoundError(
+                    f"the subscription table {self.name!r} does not exist; create it with "
+                    "`sqlqueue subscribe --create-table` or SqlQueueTransport.create_subscription_table() "
+                    "(or let a .NET endpoint with native publish/subscribe create it)") from exc
+            raise
+
     # -- the table ------------------------------------------------------------------------------------------
     def create_table(self) -> bool:
         """Create the subscription table unless it exists; True when this call created it. A .NET endpoint
@@ -132,7 +145,7 @@ class PubSub:
                 self.dialect.execute(cur, "subscribe", {"queue_address": row.queue_address, "topic": row.topic,
                                                         "endpoint": row.endpoint}, **self.ids)
 
-        self.session.run(work, what=f"subscribe {queue.name!r} in {self.name!r}")
+        self._run(work, f"subscribe {queue.name!r} in {self.name!r}")
         return wanted
 
     def unsubscribe(self, endpoint: str, topics: Iterable[str]) -> int:
@@ -148,13 +161,12 @@ class PubSub:
                 removed += max(count or 0, 0)
             return removed
 
-        return self.session.run(work, what=f"unsubscribe {endpoint!r} in {self.name!r}")
+        return self._run(work, f"unsubscribe {endpoint!r} in {self.name!r}")
 
     def subscriptions(self) -> list[Subscription]:
         """Every row of the subscription table, by topic."""
-        rows = self.session.run(lambda cur: self.dialect.execute(cur, "list_subscriptions", None,
-                                                                 **self.ids).fetchall(),
-                                what=f"list {self.name!r}", read_only=True)
+        rows = self._run(lambda cur: self.dialect.execute(cur, "list_subscriptions", None, **self.ids).fetchall(),
+                         f"list {self.name!r}", read_only=True)
         return [Subscription(str(a), str(e), str(t)) for a, e, t in rows]
 
     def subscribers(self, cursor: Any, topics: list[str]) -> list[TableQueue]:
@@ -199,7 +211,7 @@ class PubSub:
                 sent[queue.name] = str(ids[0]) if ids else ""
             return sent
 
-        sent = self.session.run(work, what=f"publish {event_type!r}")
+        sent = self._run(work, f"publish {event_type!r}")
         if not sent:
             log.info("published %s to no subscriber (topics %s)", event_type, topics)
         return PublishResult(message_id, topics, sent)
