@@ -128,7 +128,8 @@ def test_every_module_and_class_path_resolves() -> None:
     assert issubclass(hooks.SqlQueueHook, BaseHook)
     operators = importlib.import_module("airflow_sqlqueue.operators")
     for name in ("SqlQueueDrainOperator", "SqlQueueSendOperator", "SqlQueueCreateQueuesOperator",
-                 "SqlQueuePurgeExpiredOperator", "SqlQueueCheckSchemaOperator", "SqlQueueRetryErrorsOperator"):
+                 "SqlQueuePurgeExpiredOperator", "SqlQueueCheckSchemaOperator", "SqlQueueRetryErrorsOperator",
+                 "SqlQueuePublishOperator"):
         assert issubclass(getattr(operators, name), BaseOperator), name
     sensors = importlib.import_module("airflow_sqlqueue.sensors.sqlqueue")
     assert issubclass(sensors.SqlQueueSensor, BaseSensorOperator)
