@@ -174,8 +174,8 @@ def test_retry_removes_failure_headers_by_prefix_as_servicecontrol(queues):
     t, q = queues.transport, queues.q("orders")
     failed = {h.MESSAGE_ID: "r-1", h.FAILED_Q: t.wire_address(q), h.TIME_OF_FAILURE: h.format_wire_time(),
               h.EXCEPTION_TYPE: "System.Exception", h.EXCEPTION_DATA_PREFIX + "Key": "v", h.RETRIES: "3",
-              h.RETRIES_TIMESTAMP: h.format_wire_time(), "ServiceControl.EditOf": "abc", h.PROCESSING_ENDPOINT: "orders",
-              "Custom.Header": "kept"}
+              h.RETRIES_TIMESTAMP: h.format_wire_time(), "ServiceControl.EditOf": "abc",
+              h.PROCESSING_ENDPOINT: "orders", "Custom.Header": "kept"}
     t.send(queues.q("error"), OutgoingMessage(b"x", failed))
     assert t.retry_errors().total_returned == 1
     [back] = t.receive(q)

@@ -25,8 +25,8 @@ def test_two_subscribers_each_receive_once_then_unsubscribe(bus):
     t.subscribe(a, ["Sales.OrderPlaced"])
     t.subscribe(b, "Sales.IOrderEvent")  # subscribed to a base type only
     t.subscribe(b, "Sales.OrderPlaced")  # and to the type: still one copy
-    result = t.publish("Sales.OrderPlaced", OutgoingMessage(b'{"OrderId":7}', {"k": "v"}, content_type="application/json"),
-                       base_types=["Sales.IOrderEvent"])
+    event = OutgoingMessage(b'{"OrderId":7}', {"k": "v"}, content_type="application/json")
+    result = t.publish("Sales.OrderPlaced", event, base_types=["Sales.IOrderEvent"])
     assert sorted(result.sent) == sorted([t.name(a), t.name(b)])
     [got_a], [got_b] = t.receive(a, 10), t.receive(b, 10)
     for message in (got_a, got_b):
