@@ -63,7 +63,11 @@ class Outbox:
         for item in messages:
             message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
             message_id = _uuid4()
-            defaults = None if raw else standard_headers(origin, str(message_id), content_type=message.content_type)
+            defaults = None
+            if not raw:  # the MessageId the message ends up with (its own, else the native Id) correlates it
+                own_id = message.headers.get(h.MESSAGE_ID) if isinstance(message.headers, Mapping) else None
+                defaults = standard_headers(origin, own_id if isinstance(own_id, str) and own_id else str(message_id),
+                                            content_type=message.content_type)
             if message.delay is not None:
                 message = _forwarding(message, target.wire)
             headers_text, body, ttbr_ms, delay_ms = message.validated(defaults)

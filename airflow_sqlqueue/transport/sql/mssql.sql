@@ -146,7 +146,7 @@ WITH message AS (
 DELETE FROM message
 OUTPUT deleted.Id,
        deleted.RowVersion,
-       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        deleted.Headers,
        deleted.Body
 
@@ -155,7 +155,7 @@ OUTPUT deleted.Id,
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
@@ -166,7 +166,7 @@ ORDER BY RowVersion
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
@@ -178,7 +178,7 @@ ORDER BY RowVersion
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (READPAST)

@@ -58,24 +58,24 @@ VALUES (%(headers)s, %(body)s,
 -- Delete up to %(batch_size)s of the oldest rows and return them.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
-RETURNING id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+RETURNING id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
           headers, body
 
 -- lock_batch --
 -- Read up to %(batch_size)s of the oldest rows (the write lock taken by BEGIN IMMEDIATE holds them).
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s
 
 -- lock_after --
 -- Read rows after a position, oldest first, under the transaction's write lock.
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- browse --
 -- Read rows after a position without deleting them.
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
