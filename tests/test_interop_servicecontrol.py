@@ -214,3 +214,26 @@ def test_no_acknowledgement_when_the_retry_fails_again_or_names_a_foreign_queue(
     assert t.process(q, lambda m, c: None).succeeded == 1
     assert t.peek(queues.q("replies")) == 0  # a header is not trusted as a destination
     assert len(error_rows(queues)) == 1
+
+
+def test_lone_surrogates_never_stop_an_error_move_or_its_display(queues, capsys):
+    """``"\\ud800"`` in a row's headers parses to a lone surrogate: moving the message, printing it as JSON and
+    showing it on the dashboard still work (the escape is kept on every copy)."""
+    from airflow_sqlqueue.cli.output import emit_json, message_json
+    from airflow_sqlqueue.dashboard.failed import message_view
+
+    t, q = queues.transport, queues.q("orders")
+    insert_native(queues, "orders", '{"NServiceBus.MessageId":"s-1","Odd\\udfff":"x\\ud800y"}')
+    [message] = t.receive(q)
+    emit_json(message_json(message))
+    assert json.loads(capsys.readouterr().out)["headers"]["Odd\\uDFFF"] == "x\\uD800y"
+    insert_native(queues, "orders", '{"NServiceBus.MessageId":"s-2","Odd":"x\\ud800y"}')
+    t.process(q, lambda m, c: (_ for _ in ()).throw(ValueError(m.headers["Odd"])), immediate_retries=0)
+    [(_, text, body)] = error_rows(queues)
+    headers = servicecontrol_import(text, body)
+    assert '"Odd":"x\\uD800y"' in text and headers["Odd"] == "x\ud800y"
+    text.encode("utf-8")
+    [row] = t.browse(queues.q("error"))
+    view = message_view(row)
+    json.dumps(view, ensure_ascii=False).encode("utf-8")  # what the dashboard API sends
+    assert view["headers"]["Odd"] == "x\\uD800y"
