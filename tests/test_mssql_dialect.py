@@ -342,6 +342,36 @@ def test_send_many_is_one_statement_with_one_json_parameter() -> None:
     assert decoded[3]["ttbr_ms"] == 10 and decoded[0]["headers"] == SECRET_HEADERS
 
 
+@pytest.mark.parametrize("level", [100, 110, 120])
+def test_below_compatibility_level_130_batches_need_no_json_functions(level: int) -> None:
+    """No OPENJSON below level 130: a batch send is one ``send`` per row in order, a batch delete one
+    ``delete_by_seq`` per row; the level is read once."""
+    dialect = MssqlDialect()
+    conn = RecordingMssqlConnection([("compatibility_level", [(level,)]), *_recoverable_present()])
+    rows = [{"id": str(uuid.UUID(int=i)), "headers": SECRET_HEADERS, "body": bytes([i]), "ttbr_ms": None}
+            for i in range(3)]
+    cursor = conn.cursor()
+    dialect.send_many(cursor, QueueAddress("orders"), rows)
+    dialect.delete_seqs(cursor, QueueAddress("orders"), [7, 9])
+    dialect.send_many(cursor, QueueAddress("orders"), rows[:2])
+    texts = conn.sql_texts()
+    assert sum("compatibility_level" in t for t in texts) == 1
+    assert not any("OPENJSON" in t for t in texts)
+    sends = [p for sql, p in conn.executed if sql.startswith("INSERT")]
+    assert [p["id"] for p in sends] == [r["id"] for r in rows] + [r["id"] for r in rows[:2]]
+    deletes = [p for sql, p in conn.executed if sql.startswith("DELETE")]
+    assert deletes == [{"seq": 7}, {"seq": 9}]
+
+
+def test_at_compatibility_level_130_batches_use_openjson() -> None:
+    dialect = MssqlDialect()
+    conn = RecordingMssqlConnection([("compatibility_level", [(130,)]), *_recoverable_present()])
+    dialect.send_many(conn.cursor(), QueueAddress("orders"), [
+        {"id": str(uuid.UUID(int=i)), "headers": "{}", "body": b"", "ttbr_ms": None} for i in range(3)])
+    dialect.delete_seqs(conn.cursor(), QueueAddress("orders"), [1, 2])
+    assert [("OPENJSON" in t) for t in conn.sql_texts() if t.startswith(("INSERT", "DELETE"))] == [True, True]
+
+
 def test_old_table_without_recoverable_uses_the_variant_and_is_cached() -> None:
     conn = RecordingMssqlConnection([("COL_LENGTH(", [(0, 1)])])
     dialect = MssqlDialect()

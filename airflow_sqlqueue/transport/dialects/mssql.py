@@ -129,6 +129,8 @@ class MssqlDialect(Dialect):
     def __init__(self, paramstyle: str = "pyformat", default_catalog: str | None = None) -> None:
         super().__init__(paramstyle)
         self.default_catalog = default_catalog
+        #: Whether the database has OPENJSON (compatibility level 130+); read once, at the first batch.
+        self.json_functions: bool | None = None
         # qualified table name -> whether it has the Recoverable column (old tables do not)
         self._recoverable: dict[str, bool] = {}
 
@@ -272,12 +274,42 @@ class MssqlDialect(Dialect):
     def _exists(self, cursor: Any, object_name: str, ids: dict[str, str]) -> bool:
         return bool(self.scalar(cursor, "table_exists", {"object_name": object_name}, **ids))
 
+    def has_json_functions(self, cursor: Any) -> bool:
+        """Whether OPENJSON exists in the session's database (compatibility level 130 or more); asked once."""
+        if self.json_functions is None:
+            try:
+                level = self.scalar(cursor, "compatibility_level")
+            except Exception as exc:  # noqa: BLE001 - sys.databases unreadable: assume a current server
+                log.debug("compatibility level unknown (%s); assuming OPENJSON exists", exc)
+                level = None
+            self.json_functions = level is None or int(level) >= 130
+            if not self.json_functions:
+                log.info("database compatibility level %s (< 130, no OPENJSON): batch sends and deletes use one "
+                         "statement per row", level)
+        return self.json_functions
+
+    def delete_seqs(self, cursor: Any, address: QueueAddress, seqs: list[int]) -> None:
+        """One DELETE for the batch (OPENJSON), or one per row below compatibility level 130."""
+        if self.has_json_functions(cursor):
+            super().delete_seqs(cursor, address, seqs)
+            return
+        ids = self.identifiers(address)
+        for seq in seqs:
+            self.execute(cursor, "delete_by_seq", {"seq": seq}, **ids)
+
     def send_many(self, cursor: Any, address: QueueAddress, rows: list[dict[str, Any]]) -> None:
         """One INSERT ... SELECT FROM OPENJSON for the whole batch: one parameter, one round trip.
 
         One JSON parameter (bodies base64) instead of a multi-row VALUES: SQL Server allows at most 2100
         parameters and 1000 VALUES rows per statement, and the statement text stays the same for every batch.
+        Below compatibility level 130 (no OPENJSON) the rows are sent one ``send`` each, in order, in the same
+        transaction.
         """
+        if not self.has_json_functions(cursor):
+            ids = self.identifiers(address)
+            for row in rows:
+                self.execute(cursor, "send", row, **ids)
+            return
         payload = [{"n": n, "id": str(r["id"]), "ttbr_ms": r["ttbr_ms"], "headers": r["headers"],
                     "body": None if r["body"] is None else base64.b64encode(bytes(r["body"])).decode("ascii")}
                    for n, r in enumerate(rows)]

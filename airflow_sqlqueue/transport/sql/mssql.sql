@@ -2,7 +2,8 @@
 -- %(name)s is a parameter (bound by the driver, never formatted in); {name} is an identifier quoted by the
 -- dialect: {queue} and {delayed} are [catalog].[schema].[table] names, {sys} is the sys schema of the
 -- queue's database ([catalog].sys, or sys). A literal % is written %% (the modulo operator).
--- Needs SQL Server 2016 or later (OPENJSON; database compatibility level 130+).
+-- Batch send and delete use OPENJSON (SQL Server 2016+, database compatibility level 130+); below level 130 the
+-- dialect sends them one statement per row (send, delete_by_seq) in the same transaction.
 -- Sessions run READ COMMITTED (set_isolation): READPAST only skips locked rows under READ COMMITTED.
 
 -- set_isolation --
@@ -20,6 +21,10 @@ SELECT COUNT(*) FROM {sys}.schemas WHERE name = %(schema_name)s
 -- table_exists --
 -- 1 when the table exists (%(object_name)s is the bracket-quoted qualified name, passed as a value).
 SELECT COUNT(*) FROM {sys}.objects WHERE object_id = OBJECT_ID(%(object_name)s) AND type = 'U'
+
+-- compatibility_level --
+-- The compatibility level of the session's database: below 130 OPENJSON does not exist, and batch sends and deletes use one statement per row instead.
+SELECT compatibility_level FROM sys.databases WHERE name = DB_NAME()
 
 -- column_exists --
 -- Whether a column exists (old queue tables lack Recoverable), and whether the table exists at all.
