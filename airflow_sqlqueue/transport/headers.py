@@ -144,7 +144,7 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
     # fast path (once per message sent): exact types checked in C; anything else is explained by the loops below
     if set(map(type, headers)) <= _STR and set(map(type, headers.values())) <= _STR_OR_NONE:
         text = _ENCODER.encode(dict(headers))
-        if limit is None or not _SURROGATE.search(text):
+        if limit is None or text.isascii() or not _SURROGATE.search(text):
             return _within_limit(_as_upstream(text), limit)
     for key, value in headers.items():
         if not isinstance(key, str):

@@ -58,6 +58,7 @@ class Outbox:
         target = self.book.queue(queue)
         prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
         origin = origin or self.origin
+        time_sent = h.format_wire_time()  # one clock reading for the batch
         id_param = self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
         for item in messages:
@@ -67,7 +68,7 @@ class Outbox:
             if not raw:  # the MessageId the message ends up with (its own, else the native Id) correlates it
                 own_id = message.headers.get(h.MESSAGE_ID) if isinstance(message.headers, Mapping) else None
                 defaults = standard_headers(origin, own_id if isinstance(own_id, str) and own_id else str(message_id),
-                                            content_type=message.content_type)
+                                            content_type=message.content_type, time_sent=time_sent)
             if message.delay is not None:
                 message = _forwarding(message, target.wire)
             headers_text, body, ttbr_ms, delay_ms = message.validated(defaults)

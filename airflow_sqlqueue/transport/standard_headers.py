@@ -52,18 +52,24 @@ class Origin:
         return Origin(self.endpoint, intent, self.reply_to, self.incoming)
 
 
-def standard_headers(origin: Origin, message_id: str, *, content_type: str | None = None) -> dict[str, str]:
-    """The headers core writes for one outgoing message (the caller's own headers go on top of these)."""
+def standard_headers(origin: Origin, message_id: str, *, content_type: str | None = None,
+                     time_sent: str | None = None) -> dict[str, str]:
+    """The headers core writes for one outgoing message (the caller's own headers go on top of these).
+
+    A message that starts a conversation gets a new ConversationId: its own (unique, random) MessageId when that
+    is a GUID. ``time_sent`` (wire format) lets a batch share one clock reading.
+    """
     incoming = origin.incoming or {}
+    conversation = incoming.get(h.CONVERSATION_ID) or (message_id if _is_guid(message_id) else str(uuid.uuid4()))
     out = {
         h.MESSAGE_ID: message_id,
         h.MESSAGE_INTENT: origin.intent,
-        h.CONVERSATION_ID: incoming.get(h.CONVERSATION_ID) or str(uuid.uuid4()),
+        h.CONVERSATION_ID: conversation,
         h.CORRELATION_ID: incoming.get(h.CORRELATION_ID) or incoming.get(h.MESSAGE_ID) or message_id,
         h.ORIGINATING_ENDPOINT: origin.endpoint,
         h.ORIGINATING_MACHINE: host.machine_name(),
         ORIGINATING_HOST_ID: host.host_id(),
-        h.TIME_SENT: h.format_wire_time(),
+        h.TIME_SENT: time_sent or h.format_wire_time(),
     }
     if incoming.get(h.MESSAGE_ID):
         out[RELATED_TO] = incoming[h.MESSAGE_ID]  # type: ignore[assignment]
@@ -72,3 +78,8 @@ def standard_headers(origin: Origin, message_id: str, *, content_type: str | Non
     if content_type:
         out[h.CONTENT_TYPE] = content_type
     return out
+
+
+def _is_guid(text: str) -> bool:
+    """A GUID in its hyphenated form (the native Ids this provider makes)."""
+    return len(text) == 36 and text.count("-") == 4
