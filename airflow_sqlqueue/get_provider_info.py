@@ -31,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.hooks.sqlqueue"]}],
         "operators": [{"integration-name": INTEGRATION,
                        "python-modules": ["airflow_sqlqueue.operators.drain", "airflow_sqlqueue.operators.send",
+                                          "airflow_sqlqueue.operators.publish",
                                           "airflow_sqlqueue.operators.maintenance"]}],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.sensors.sqlqueue"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.triggers.sqlqueue"]}],

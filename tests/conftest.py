@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.standard_headers import STANDARD
 
 PG_URL = os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -104,3 +105,9 @@ def queues(db: Db) -> Db:
     db.transport.create_queues([db.q("orders")], delayed=True)
     db.transport.create_queues([db.q("replies"), db.q("error")])
     return db
+
+
+def own(headers: dict[str, str | None] | None, sent: dict[str, str | None] | None = None) -> dict[str, str | None]:
+    """A received message's headers without the standard headers every send fills in, except those the sender
+    set itself (``sent``): what the sender wrote."""
+    return {k: v for k, v in (headers or {}).items() if k not in STANDARD or (sent and k in sent)}

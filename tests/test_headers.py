@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -33,7 +34,7 @@ from airflow_sqlqueue.transport.headers import (
     ({"bs": "C:\\dir"}, '{"bs":"C:\\\\dir"}'),
     ({"bs/": "\\/"}, '{"bs\\/":"\\\\\\/"}'),
     ({"nl": "a\nb\tc"}, '{"nl":"a\\nb\\tc"}'),
-    ({"emoji": "🙂"}, '{"emoji":"🙂"}'),
+    ({"emoji": "🙂"}, '{"emoji":"\\uD83D\\uDE42"}'),  # outside the BMP: a surrogate pair, upper-case hex
     ({"z": "1", "a": "2"}, '{"z":"1","a":"2"}'),  # insertion order kept, no sorting
 ])
 def test_serialize_exactly_as_upstream(headers, text):
@@ -109,9 +110,23 @@ def test_outgoing_message_validates_its_headers():
     assert (text, body, ttbr, delay) == ('{"a\\/b":"é"}', "é".encode(), 1500, None)
 
 
-@pytest.mark.parametrize("text", [None, "", " ", "\n\t "])
+@pytest.mark.parametrize("text", [None, ""])
 def test_null_or_empty_reads_as_empty_object(text):
     assert parse_headers(text) == {}
+
+
+@pytest.mark.parametrize("text", [" ", "\n\t ", "\u3000"])
+def test_whitespace_only_headers_are_poison(text):
+    # upstream's parse fails on whitespace only: the row goes to the error queue
+    with pytest.raises(PoisonHeadersError, match="whitespace|not valid JSON"):
+        parse_headers(text)
+
+
+def test_deep_nesting_is_poison_not_a_recursion_error():
+    with pytest.raises(PoisonHeadersError, match="nested too deeply"):
+        parse_headers("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(PoisonHeadersError):
+        parse_headers('{"a":' * 100_000 + '"x"' + "}" * 100_000)
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -135,6 +150,52 @@ def test_poison_headers(text, words):
     for word in words:
         assert word in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+# -- the bytes 9.1 writes (System.Text.Json, relaxed escaping, then "/" as "\\/") -------------------------------
+@pytest.mark.parametrize(("value", "written"), [
+    ("Zoë☃", "Zoë☃"),                      # other non-ASCII raw
+    ("🚀", "\\uD83D\\uDE80"),                # outside the BMP: surrogate pair, upper-case hex
+    ("\x1b", "\\u001B"),                     # C0 control without a short form
+    ("\x0b\x0e\x1f", "\\u000B\\u000E\\u001F"),
+    ("\b\t\n\f\r", "\\b\\t\\n\\f\\r"),      # the short forms
+    ("\x7f", "\\u007F"),                     # DEL
+    ("\x80\x85\x9f", "\\u0080\\u0085\\u009F"),   # C1 controls
+    ("\xa0", "\\u00A0"),                     # no-break space
+    ("\u2007\u202f\u3000", "\\u2007\\u202F\\u3000"),  # other space separators
+    ("a b", "a b"),                          # U+0020 stays
+    ("\u2028\u2029", "\\u2028\\u2029"),        # line and paragraph separators
+    ("\ue000\uf8ff", "\\uE000\\uF8FF"),        # private use
+    ("\u0378", "\\u0378"),                   # unassigned
+    ("\u00ad\u200b", "\u00ad\u200b"),        # format characters (Cf) stay raw
+    ("<>&'+`", "<>&'+`"),                    # relaxed: HTML-sensitive characters raw
+    ("\\u0041", "\\\\u0041"),                # a literal backslash-u is not an escape
+    ("a/b", "a\\/b"),
+])
+def test_escaping_as_9_1_writes_it(value, written):
+    assert serialize_headers({"k": value}) == '{"k":"' + written + '"}'
+    assert parse_headers('{"k":"' + written + '"}') == {"k": value}
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ('{"k":"\\ud83d\\ude80"}', "🚀"),        # 9.0.x DataContractJsonSerializer: lower-case hex
+    ('{"k":"\\u001b\\u0085\\u2028"}', "\x1b\x85\u2028"),
+    ('{"k":"\\uD83D\\uDE80"}', "🚀"),        # 9.1
+    ('{"k":"🚀"}', "🚀"),                    # raw (other writers)
+    ('{"NServiceBus.MessageId":"a","k":"x y"}', "x y"),  # v6-era varchar text
+])
+def test_reads_9_0_9_1_and_v6_output(text, value):
+    assert parse_headers(text)["k"] == value
+
+
+def test_a_lone_surrogate_is_refused_on_send_and_escaped_on_a_copy():
+    with pytest.raises(InvalidMessageError, match="lone surrogate"):
+        serialize_headers({"a": "\ud800"})
+    copied = serialize_headers(parse_headers('{"a":"x\\ud800y"}'), limit=None)
+    assert copied == '{"a":"x\\uD800y"}'
+    copied.encode("utf-8")  # storable and printable
+    assert parse_headers(copied) == {"a": "x\ud800y"}
+    assert h.escape_surrogates(json.dumps({"a": "\udfff"}, ensure_ascii=False)) == '{"a": "\\uDFFF"}'
 
 
 def test_parse_reads_dotnet_escapes():
@@ -178,6 +239,12 @@ def test_wire_time_round_trip_property(moment):
     assert parse_wire_time(format_wire_time(moment)) == moment
 
 
+def _escaped_by_9_1(ch: str) -> bool:
+    """The oracle, from the rule as written: outside the BMP, controls, separators but U+0020, private use,
+    unassigned, surrogates."""
+    return ord(ch) > 0xFFFF or (ch != " " and unicodedata.category(ch) in {"Cc", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+
+
 # -- round-trip property ---------------------------------------------------------------------------
 header_maps = st.dictionaries(st.text(max_size=30), st.none() | st.text(max_size=60), max_size=12)
 
@@ -188,9 +255,11 @@ def test_round_trip_property(headers):
     text = serialize_headers(headers)
     assert parse_headers(text) == headers
     assert json.loads(text) == headers
-    # compact and upstream-escaped: no raw '/', and no \\u escapes for printable non-ASCII
+    # compact and upstream-escaped: no raw '/', no raw character 9.1 escapes, no \\u escape for the others
     assert "/" not in text.replace("\\/", "")
-    if not any(ch < " " or ch == "\\" for item in headers.items() for part in item if part for ch in part):
+    assert not [ch for ch in text if _escaped_by_9_1(ch)]
+    if not any(ch < " " or ch == "\\" or _escaped_by_9_1(ch) for item in headers.items() for part in item
+               if part for ch in part):
         assert "\\u" not in text
     if not any(" " in part or ":" in part or "," in part for item in headers.items() for part in item if part):
         assert " " not in text

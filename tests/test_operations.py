@@ -25,6 +25,7 @@ from airflow_sqlqueue.transport import (
 from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.dialects.base import Dialect
 from airflow_sqlqueue.transport.headers import serialize_headers
+from tests.conftest import own
 
 DOTNET_HEADERS = '{"NServiceBus.EnclosedMessageTypes":"X"}'
 
@@ -66,7 +67,7 @@ def test_send_receive_one(queues):
     sent = t.send(q, OutgoingMessage(b"hello", {"k": "v"}))
     assert isinstance(sent, uuid.UUID)
     [message] = t.receive(q)
-    assert (message.id, message.headers, message.body) == (sent, {"k": "v"}, b"hello")
+    assert (message.id, own(message.headers), message.body) == (sent, {"k": "v"}, b"hello")
     assert message.queue == t.name(q)
     assert t.receive(q) == []
     assert count(queues, "orders") == 0
@@ -89,7 +90,7 @@ def test_send_many_one_statement_keeps_order_and_ids(queues):
     assert len(ids) == len(set(ids)) == 50
     got = t.receive(q, 100)
     assert [m.id for m in got] == ids
-    assert [m.headers for m in got] == [{"i": str(i)} for i in range(50)]
+    assert [own(m.headers) for m in got] == [{"i": str(i)} for i in range(50)]
     assert [m.body for m in got] == [f"b{i}".encode() for i in range(50)]
 
 
@@ -145,9 +146,9 @@ def test_headers_intact(queues):
                "quote": 'a"b\\c', "newline": "a\nb"}
     t.send_many(q, [OutgoingMessage(b"1", headers), OutgoingMessage(b"2", {})])
     first, second = t.receive(q, 2)
-    assert first.headers == headers
+    assert own(first.headers, headers) == headers
     assert first.message_id == "m-1"
-    assert second.headers == {}
+    assert own(second.headers) == {}
     assert second.message_id == str(second.id)
 
 
@@ -170,9 +171,11 @@ def test_stored_row_shape_and_header_bytes(queues):
         [(raw_headers, raw_id, body, expires)] = queues.sql(
             "SELECT CAST(headers AS BLOB), id, body, expires FROM orders")
         assert raw_id == str(sent)
-    assert bytes(raw_headers) == serialize_headers(headers).encode("utf-8")
-    assert bytes(raw_headers) == b'{"NServiceBus.EnclosedMessageTypes":"Sales.OrderPlaced",' \
-                                 b'"NServiceBus.ContentType":"application\\/json","\xc3\xbc":"\xc3\xa9\\/x"}'
+    assert bytes(raw_headers) == serialize_headers(h.parse_headers(bytes(raw_headers).decode())).encode("utf-8")
+    # the standard headers first, then the sender's own, byte for byte as 9.1 writes them
+    assert bytes(raw_headers).startswith(b'{"NServiceBus.MessageId":"' + str(sent).encode() + b'",')
+    assert bytes(raw_headers).endswith(b'"NServiceBus.EnclosedMessageTypes":"Sales.OrderPlaced",'
+                                       b'"NServiceBus.ContentType":"application\\/json","\xc3\xbc":"\xc3\xa9\\/x"}')
     assert bytes(body) == b"\x01\x02"
     assert expires is None
 
@@ -318,7 +321,7 @@ def test_browse_pages_without_taking(queues):
     rest = t.browse(q, after_seq=first[-1].seq, limit=10)
     assert [r.id for r in first + rest] == ids
     assert [r.body for r in first + rest] == [f"m{i}".encode() for i in range(5)]
-    assert h.parse_headers(first[0].headers) == {"i": "0"}
+    assert own(h.parse_headers(first[0].headers)) == {"i": "0"}
     assert not any(r.expired for r in first + rest)
     assert count(queues, "orders") == 5
     assert t.browse(q, after_seq=rest[-1].seq) == []
@@ -333,7 +336,7 @@ def test_oldest_age(queues):
     age = t.oldest_age(q)
     assert age is not None and 590 < age < 3600
     t.receive(q, 2)
-    t.send(q, OutgoingMessage(b"no time", {}))
+    t.send(q, OutgoingMessage(b"no time", {h.TIME_SENT: None}))  # the sender's own headers win
     assert t.oldest_age(q) is None
 
 
@@ -421,13 +424,13 @@ def test_delayed_message_moves_when_due(queues):
     assert t.send(q, OutgoingMessage(b"much later", delay=3600)) is None
     assert count(queues, "orders") == 0
     stored = queues.sql(f"SELECT headers FROM {table(queues, 'orders', delayed=True)} ORDER BY due")  # noqa: S608
-    assert [h.parse_headers(s[0])[h.FORWARD_DESTINATION] for s in stored] == [t.name(q)] * 2
+    assert [h.parse_headers(s[0])[h.FORWARD_DESTINATION] for s in stored] == [t.wire_address(q)] * 2
     time.sleep(0.05)
     assert t.move_due_delayed(q) == 1
     assert count(queues, "orders", delayed=True) == 1
     [message] = t.receive(q)
     assert message.body == b"later"
-    assert message.headers == headers
+    assert own(message.headers, headers) == headers
     assert h.FORWARD_DESTINATION not in message.headers
     assert t.move_due_delayed(q) == 0
 
@@ -452,7 +455,7 @@ def test_delayed_message_forwarded_to_its_destination(queues):
         assert batch.stats.forwarded == 1
     [message] = t.receive(destination)
     assert message.body == b"for B"
-    assert message.headers == {"k": "v"}
+    assert own(message.headers) == {"k": "v"}
     assert count(queues, "orders") == 0
     t.close()
 
@@ -482,7 +485,11 @@ def test_retry_errors_returns_to_failed_queue(queues):
     assert sorted(item["reason"] for item in result.left) == sorted(
         [f"queue {t.name(queues.q('missing'))} does not exist", f"no {h.FAILED_Q} header"])
     [back] = t.receive(q)
-    assert (back.id, back.headers, back.body) == (sent, original, b"body")
+    # as ServiceControl's retry: failure headers gone by prefix; the processing endpoint and host stay
+    kept = {h.PROCESSING_ENDPOINT, h.PROCESSING_MACHINE, h.HOST_ID, h.HOST_DISPLAY_NAME}
+    assert (back.id, own(back.headers, original), back.body) == (sent, {**original, **{k: back.headers[k]
+                                                                                        for k in kept}}, b"body")
+    assert not [k for k in back.headers if k.startswith(h.RETRY_REMOVED_PREFIXES)]
     assert sorted(r[2] for r in rows(queues, "error")) == [b"nowhere", b"orphan"]
 
 
@@ -668,7 +675,7 @@ def test_dotnet_escaped_headers_and_expires_received(queues):
     assert message.headers[h.REPLY_TO_ADDRESS] == "Sales@[dbo]@[shop]"
 
 
-@pytest.mark.parametrize("headers", ["", "   "])
+@pytest.mark.parametrize("headers", [""])
 def test_empty_headers_are_not_poison(queues, headers):
     row_id = insert_native(queues, "orders", headers, b"b")
     [message] = queues.transport.receive(queues.q("orders"))
@@ -676,7 +683,7 @@ def test_empty_headers_are_not_poison(queues, headers):
     assert count(queues, "error") == 0
 
 
-@pytest.mark.parametrize("headers", ["not json", "[1,2]", '{"a":1}'])
+@pytest.mark.parametrize("headers", ["not json", "[1,2]", '{"a":1}', "   ", "null", "[" * 100_000])
 def test_poison_row_moved_on_receive(queues, headers):
     t, q = queues.transport, queues.q("orders")
     row_id = insert_native(queues, "orders", headers, b"\xffpoison")
@@ -688,7 +695,7 @@ def test_poison_row_moved_on_receive(queues, headers):
     assert (error_id, body) == (row_id, b"\xffpoison")
     parsed = h.parse_headers(error_headers)
     assert parsed[h.RAW_HEADERS] == headers
-    assert parsed[h.FAILED_Q] == t.name(q)
+    assert parsed[h.FAILED_Q] == t.wire_address(q)
 
 
 def test_huge_time_to_be_received_is_accepted_or_clearly_refused(queues, request):
@@ -785,7 +792,8 @@ def test_transport_from_url_and_close(db):
 
 # -- no value is ever formatted into SQL -----------------------------------------------------------
 IDENTIFIER_SLOTS = {"queue", "delayed", "seq_index", "expires_index", "due_index", "savepoint", "sys", "pkey_index",
-                    "seq_key_index", "id_index", "index", "legacy_due_index", "notify_trigger", "notify_function"}
+                    "table", "seq_key_index", "id_index", "index", "legacy_due_index", "notify_trigger",
+                    "notify_function"}
 #: Slots filled with copies of a fragment statement of the same file (its markers renamed), never with values.
 FRAGMENT_SLOTS = {"rows", "seqs"}
 CORE = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "transport"

@@ -30,6 +30,7 @@ from airflow_sqlqueue.operators.sqlqueue import (
     SqlQueueSendOperator,
     message_from_dict,
 )
+from airflow_sqlqueue.operators import SqlQueuePublishOperator
 from airflow_sqlqueue.transport import InvalidMessageError, SqlQueueTransport
 from airflow_sqlqueue.transport import headers as h
 from tests.conftest import _PG_SKIP, PG_URL
@@ -265,6 +266,35 @@ def test_send_operator_validates_before_sending(sqlite_queues) -> None:
     assert one.execute({}) == []  # delayed: the Id is given when it is due
     with pytest.raises(InvalidMessageError, match="rendered to a string"):
         SqlQueueSendOperator(task_id="s", queue_name="orders", sqlqueue_conn_id=conn_id, messages="hello").execute({})
+
+
+def test_send_operator_fills_in_the_standard_headers(sqlite_queues) -> None:
+    conn_id, transport, _ = sqlite_queues
+    SqlQueueSendOperator(task_id="s", queue_name="orders", sqlqueue_conn_id=conn_id, body="x",
+                         headers={h.CONVERSATION_ID: "mine"}).execute({})
+    [message] = transport.receive("orders")
+    assert message.headers[h.CONVERSATION_ID] == "mine"  # the caller's headers win
+    assert message.headers[h.MESSAGE_INTENT] == "Send" and h.parse_wire_time(message.headers[h.TIME_SENT])
+    assert transport.oldest_age("orders") is None  # received; a task's sends have an age on the dashboard
+
+
+def test_publish_operator_sends_one_copy_per_subscribed_queue(sqlite_queues) -> None:
+    conn_id, transport, _ = sqlite_queues
+    transport.create_queue("billing")
+    transport.create_subscription_table()
+    transport.subscribe("orders", ["Sales.Events.OrdersExported"])
+    transport.subscribe("billing", ["Sales.Events.IExportEvent"])
+    op = SqlQueuePublishOperator(task_id="announce", sqlqueue_conn_id=conn_id, endpoint="Sales.Airflow",
+                                 event_type="Sales.Events.OrdersExported", base_types=["Sales.Events.IExportEvent"],
+                                 body={"Day": "2026-01-02"})
+    result = op.execute({})
+    assert sorted(result["sent"]) == ["billing", "orders"] and result["topics"][0] == "Sales.Events.OrdersExported"
+    for queue in ("orders", "billing"):
+        [message] = transport.receive(queue)
+        assert json.loads(message.body) == {"Day": "2026-01-02"}
+        assert message.headers[h.CONTENT_TYPE] == "application/json"
+        assert message.headers[h.MESSAGE_INTENT] == "Publish"
+        assert message.headers[h.ORIGINATING_ENDPOINT] == "Sales.Airflow"
 
 
 # -- crash tests -------------------------------------------------------------------------------------------

@@ -106,7 +106,8 @@ def _module_paths(info: dict[str, Any]) -> list[str]:
 def test_provider_info_lists_every_component() -> None:
     info = get_provider_info()
     assert _module_paths(info) == ["airflow_sqlqueue.hooks.sqlqueue", "airflow_sqlqueue.operators.drain",
-                                   "airflow_sqlqueue.operators.send", "airflow_sqlqueue.operators.maintenance",
+                                   "airflow_sqlqueue.operators.send", "airflow_sqlqueue.operators.publish",
+                                   "airflow_sqlqueue.operators.maintenance",
                                    "airflow_sqlqueue.sensors.sqlqueue", "airflow_sqlqueue.triggers.sqlqueue"]
     integrations = {i["integration-name"] for i in info["integrations"]}
     assert all(entry["integration-name"] in integrations
@@ -128,7 +129,8 @@ def test_every_module_and_class_path_resolves() -> None:
     assert issubclass(hooks.SqlQueueHook, BaseHook)
     operators = importlib.import_module("airflow_sqlqueue.operators")
     for name in ("SqlQueueDrainOperator", "SqlQueueSendOperator", "SqlQueueCreateQueuesOperator",
-                 "SqlQueuePurgeExpiredOperator", "SqlQueueCheckSchemaOperator", "SqlQueueRetryErrorsOperator"):
+                 "SqlQueuePurgeExpiredOperator", "SqlQueueCheckSchemaOperator", "SqlQueueRetryErrorsOperator",
+                 "SqlQueuePublishOperator"):
         assert issubclass(getattr(operators, name), BaseOperator), name
     sensors = importlib.import_module("airflow_sqlqueue.sensors.sqlqueue")
     assert issubclass(sensors.SqlQueueSensor, BaseSensorOperator)

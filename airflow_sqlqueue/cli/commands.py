@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -108,8 +107,8 @@ def send(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
                                  "`sqlqueue create QUEUE --delayed`")
     bodies = _bodies(args)
     total = None if args.body is None and args.body_file is None else args.count
-    messages = (OutgoingMessage(body, {h.MESSAGE_ID: str(uuid.uuid4()), h.TIME_SENT: h.format_wire_time(),
-                                       **user_headers}, args.ttbr, args.delay)
+    # the transport fills in the standard headers a .NET sender writes (MessageId, TimeSent, ...); --header wins
+    messages = (OutgoingMessage(body, user_headers, args.ttbr, args.delay)
                 for body in bodies for _ in range(args.count))
     sent = 0
     long = total is None or total >= PROGRESS_FROM
@@ -306,7 +305,59 @@ def demo(args: argparse.Namespace) -> int:
     return 0 if report["adds_up"] else 1  # 1: the counts do not add up (a finding)
 
 
+# -- publish / subscribe ------------------------------------------------------------------------------
+def subscribe(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    if args.create_table:
+        transport.create_subscription_table()
+    name = _require(transport, [args.queue])[0]
+    rows = transport.subscribe(name, args.topics, endpoint=args.subscriber)
+    if args.json:
+        for row in rows:
+            emit_json(row.as_dict())
+    else:
+        print(f"subscribed {name} (endpoint {rows[0].endpoint}) to {', '.join(r.topic for r in rows)}")
+    return OK
+
+
+def unsubscribe(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    removed = transport.unsubscribe(args.subscriber, args.topics)
+    if args.json:
+        emit_json({"endpoint": args.subscriber, "removed": removed})
+    else:
+        print(f"removed {removed} subscription{'s' if removed != 1 else ''} of {args.subscriber}")
+    return OK
+
+
+def subscriptions(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    rows = transport.subscriptions()
+    if args.json:
+        for row in rows:
+            emit_json(row.as_dict())
+    else:
+        print(table(["topic", "endpoint", "queue address"],
+                    h.printable([(r.topic, r.endpoint, r.queue_address) for r in rows])))
+    return OK
+
+
+def publish(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    headers = _pairs(args.header, "--header")
+    body = next(_bodies(args)) if args.body is not None or args.body_file is not None else b""
+    result = transport.publish(args.event_type, OutgoingMessage(body, headers, args.ttbr,
+                                                                content_type=args.content_type),
+                               base_types=args.base_type)
+    if args.json:
+        emit_json(result.as_dict())
+    else:
+        where = ", ".join(result.sent) or "no subscriber"
+        print(f"published {args.event_type} ({result.message_id}) to {where}")
+    return OK
+
+
 COMMANDS = {
+    "subscribe": subscribe,
+    "unsubscribe": unsubscribe,
+    "subscriptions": subscriptions,
+    "publish": publish,
     "create": create,
     "send": send,
     "receive": receive,

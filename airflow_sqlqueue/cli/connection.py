@@ -19,12 +19,14 @@ def open_transport(args: argparse.Namespace) -> SqlQueueTransport:
     if args.conn_id and args.url:
         raise UsageError("give --url or --conn-id, not both")
     if args.conn_id:
-        return transport_from_conn_id(args.conn_id, error_queue=args.error_queue)
+        return transport_from_conn_id(args.conn_id, error_queue=args.error_queue, endpoint=args.endpoint,
+                                      subscription_table=args.subscription_table)
     url = args.url or os.environ.get(URL_VARIABLE)
     if not url:
         raise UsageError(f"no database given: pass --url URL, set {URL_VARIABLE}, or pass --conn-id ID")
     check_url(url, creating=args.command == "create")
-    return SqlQueueTransport.from_url(url, error_queue=args.error_queue)
+    return SqlQueueTransport.from_url(url, error_queue=args.error_queue, endpoint=args.endpoint,
+                                      subscription_table=args.subscription_table)
 
 
 def check_url(url: str, *, creating: bool) -> None:

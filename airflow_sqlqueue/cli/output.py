@@ -15,7 +15,7 @@ from airflow_sqlqueue.transport import headers as h
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:
     """A received message as ``{"id", "headers", "body"}`` (``body_base64`` when the body is not UTF-8)."""
-    out: dict[str, Any] = {"id": str(message.id), "headers": message.headers}
+    out: dict[str, Any] = {"id": str(message.id), "headers": h.printable(message.headers)}
     body = message.body or b""
     try:
         out["body"] = body.decode("utf-8")
@@ -28,13 +28,13 @@ def message_line(message: ReceivedMessage) -> str:
     """A received message on one line for people: id, message type, body (newlines shown as \\n)."""
     shown = message_json(message)
     body = shown["body"] if "body" in shown else "base64:" + shown["body_base64"]
-    kind = message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-"
+    kind = h.printable(message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-")
     return f"{message.id}  {kind}  " + body.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def emit_json(obj: Any) -> None:
     """Print one JSON object on its own line."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(h.escape_surrogates(json.dumps(obj, ensure_ascii=False, default=str)) + "\n")
 
 
 def write_line_now(text: str) -> None:

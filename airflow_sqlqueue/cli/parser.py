@@ -36,6 +36,11 @@ def _connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
                         help="an Airflow connection (mssql, odbc, postgres or sqlite) instead of --url")
     parser.add_argument("--error-queue", default="error" if top else argparse.SUPPRESS, metavar="QUEUE",
                         help="the error queue (default: error)")
+    parser.add_argument("--endpoint", default=None if top else argparse.SUPPRESS, metavar="NAME",
+                        help="the endpoint name sends are made as (default: $SQLQUEUE_ENDPOINT or airflow)")
+    parser.add_argument("--subscription-table", default="SubscriptionRouting" if top else argparse.SUPPRESS,
+                        metavar="TABLE", help="the subscription table shared with .NET endpoints "
+                                              "(default: SubscriptionRouting)")
 
 
 def _output_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -138,6 +143,36 @@ def build_parser() -> argparse.ArgumentParser:
                         "type header (repeatable; all must match)")
     p.add_argument("--list", action="store_true", help="only list the failed messages, change nothing")
     p.add_argument("--max", type=int, metavar="N", help="return at most this many")
+
+    p = command("subscribe", "subscribe a queue to events (topics: .NET full type names) in the subscription "
+                "table .NET endpoints share",
+                "  sqlqueue subscribe analytics Sales.OrderPlaced Sales.IOrderEvent --create-table\n"
+                "  sqlqueue --url postgresql://app@db/sales subscribe '\"public\".\"analytics\"' Sales.OrderPlaced")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("topics", nargs="+", metavar="TOPIC")
+    p.add_argument("--as-endpoint", dest="subscriber", metavar="NAME",
+                   help="the endpoint name stored with the subscription (default: the queue's table name)")
+    p.add_argument("--create-table", action="store_true", help="create the subscription table if it is missing")
+
+    p = command("unsubscribe", "remove an endpoint's subscriptions to events",
+                "  sqlqueue unsubscribe analytics Sales.OrderPlaced")
+    p.add_argument("subscriber", metavar="ENDPOINT", help="the endpoint name (for a queue: its table name)")
+    p.add_argument("topics", nargs="+", metavar="TOPIC")
+
+    command("subscriptions", "list the subscription table", "  sqlqueue subscriptions\n  sqlqueue --json subscriptions")
+
+    p = command("publish", "publish an event: one copy to every queue subscribed to its type or base types",
+                "  sqlqueue publish Sales.OrderPlaced --body '{\"OrderId\": 7}' --content-type application/json\n"
+                "  sqlqueue publish Sales.OrderPlaced --base-type Sales.IOrderEvent --body-file event.json")
+    p.add_argument("event_type", metavar="EVENT_TYPE", help="the event's .NET full type name")
+    p.add_argument("--base-type", action="append", default=[], metavar="TYPE",
+                   help="a base class or interface of the event (repeatable): its subscribers get it too")
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", help="the body text (its bytes as given)")
+    body.add_argument("--body-file", metavar="PATH", help="a file whose bytes are the body")
+    p.add_argument("--header", action="append", default=[], metavar="K=V", help="a header (repeatable)")
+    p.add_argument("--content-type", metavar="MIME", help="NServiceBus.ContentType of the body")
+    p.add_argument("--ttbr", type=float, metavar="SECONDS", help="time to be received")
 
     p = command("demo", "run the end-to-end demo on a SQLite file",
                 "  sqlqueue demo\n  sqlqueue demo --messages 2000", connects=False)

@@ -34,11 +34,12 @@ def message_view(row: RawRow) -> dict[str, Any]:
     failure = failure_of(row.headers)
     parsed = failure.headers
     body = row.body or b""
-    return {"id": str(row.id), "seq": row.seq, "failed_q": failure.failed_q, "exception_type": failure.exception_type,
+    view = {"id": str(row.id), "seq": row.seq, "failed_q": failure.failed_q, "exception_type": failure.exception_type,
             "exception_message": parsed.get(h.EXCEPTION_MESSAGE), "time_of_failure": parsed.get(h.TIME_OF_FAILURE),
             "message_id": parsed.get(h.MESSAGE_ID), "headers": parsed if parsed else {"(raw)": row.headers},
             "body_size": len(body), "body_preview": body[:BODY_PREVIEW_BYTES].decode("utf-8", errors="replace"),
             "body_truncated": len(body) > BODY_PREVIEW_BYTES}
+    return h.printable(view)  # header values may hold lone surrogates: JSON responses must encode as UTF-8
 
 
 def failed_groups(transport: SqlQueueTransport, error_queue: str, limit: int = 200) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from airflow.sdk import BaseHook
 
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
 from airflow_sqlqueue.transport.connect import guard_connect
+from airflow_sqlqueue.transport.pubsub import DEFAULT_SUBSCRIPTION_TABLE
 
 #: Airflow connection types the transport runs on, and the dialect of each.
 SUPPORTED_CONN_TYPES = {"mssql": "mssql", "odbc": "mssql", "postgres": "postgres", "sqlite": "sqlite"}
@@ -33,6 +34,9 @@ class SqlQueueHook(BaseHook):
     :param odbc_driver: the ODBC driver name for ``odbc`` connections (Airflow's OdbcHook ignores a driver in the
         connection extra unless ``[providers.odbc] allow_driver_in_extra`` is set).
     :param forward_to: queues a receiver may forward messages to besides its own and the error queue.
+    :param endpoint: the NServiceBus endpoint name sends are made as (``NServiceBus.OriginatingEndpoint``;
+        default ``$SQLQUEUE_ENDPOINT`` or ``airflow``).
+    :param subscription_table: the subscription table shared with .NET endpoints (``SubscriptionRouting``).
     """
 
     conn_name_attr = "sqlqueue_conn_id"
@@ -41,12 +45,15 @@ class SqlQueueHook(BaseHook):
     hook_name = "SQL Queue"
 
     def __init__(self, sqlqueue_conn_id: str = default_conn_name, error_queue: str = "error",
-                 odbc_driver: str | None = None, forward_to: Iterable[str] = (), **kwargs: Any) -> None:
+                 odbc_driver: str | None = None, forward_to: Iterable[str] = (), endpoint: str | None = None,
+                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.error_queue = error_queue
         self.odbc_driver = odbc_driver
         self.forward_to = tuple(forward_to)
+        self.endpoint = endpoint
+        self.subscription_table = subscription_table
 
     # -- other ways to make one ------------------------------------------------------------------
     @classmethod
@@ -90,7 +97,8 @@ class SqlQueueHook(BaseHook):
                               default_catalog=(connection.schema or None) if name == "mssql" else None)
         connect = guard_connect(lambda: _connect(connection, self.odbc_driver), f"connection {connection.conn_id!r}",
                                 connection.password)
-        return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to)
+        return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to,
+                                 endpoint=self.endpoint, subscription_table=self.subscription_table)
 
     def get_transport(self) -> SqlQueueTransport:
         """The transport on this connection."""

@@ -1,5 +1,5 @@
-"""Operators for SQL queue tables, one module per job: ``drain``, ``send``, ``maintenance``; ``base`` holds what
-they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
+"""Operators for SQL queue tables, one module per job: ``drain``, ``send``, ``publish``, ``maintenance``;
+``base`` holds what they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from .maintenance import (
     SqlQueueRetryErrorsOperator,
 )
 from .messages import message_from_dict, message_to_dict, outgoing_message
+from .publish import SqlQueuePublishOperator
 from .send import SqlQueueSendOperator
 
 __all__ = [
     "SqlQueueCheckSchemaOperator",
     "SqlQueueCreateQueuesOperator",
     "SqlQueueDrainOperator",
+    "SqlQueuePublishOperator",
     "SqlQueuePurgeExpiredOperator",
     "SqlQueueRetryErrorsOperator",
     "SqlQueueSendOperator",

@@ -18,6 +18,7 @@ from .errors import (
 )
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .pubsub import PublishResult, Subscription
 from .pump import HandlerContext, ProcessSummary
 from .queue import ReceiveStats
 from .transport import ReceivedBatch, SqlQueueTransport, ddl_script
@@ -36,6 +37,7 @@ __all__ = [
     "OutgoingMessage",
     "PermissionDeniedError",
     "ProcessSummary",
+    "PublishResult",
     "QueueAddress",
     "RawRow",
     "ReceiveStats",
@@ -44,6 +46,7 @@ __all__ = [
     "ReceivedMessage",
     "SqlQueueError",
     "SqlQueueTransport",
+    "Subscription",
     "TransactionMode",
     "UnsupportedConnectionError",
     "ddl_script",

@@ -38,13 +38,14 @@ class RetrySummary:
 
 
 def restored_headers(raw: str | None) -> str | None:
-    """Headers to send back: failure headers removed; a poison row gets its original text back."""
+    """Headers to send back, as ServiceControl's retry writes them: every header starting with
+    ``NServiceBus.Retries``, ``NServiceBus.FailedQ``, ``NServiceBus.TimeOfFailure``, ``NServiceBus.ExceptionInfo.``
+    or ``ServiceControl.EditOf`` removed. A poison row gets its original text back."""
     parsed = parse_headers(raw)
     if h.RAW_HEADERS in parsed:
         return parsed[h.RAW_HEADERS]
-    for name in h.FAILURE_HEADERS:
-        parsed.pop(name, None)
-    return h.serialize_headers(parsed, limit=None)
+    kept = {k: v for k, v in parsed.items() if not k.startswith(h.RETRY_REMOVED_PREFIXES)}
+    return h.serialize_headers(kept, limit=None)
 
 
 def failure_selector(transport: SqlQueueTransport, *, failed_q: str | None = None,
@@ -94,13 +95,15 @@ class Failure:
 
 
 def failure_of(raw_headers: str | None) -> Failure:
-    """The failure a stored error-queue row records (never raises: bad headers are a group of their own)."""
+    """The failure a stored error-queue row records (never raises: bad headers are a group of their own; the
+    group names are printable even when the headers hold lone surrogates)."""
     try:
         parsed = parse_headers(raw_headers)
     except PoisonHeadersError:
         return Failure("(headers not JSON)", "-", {})
     missing = "(poison)" if h.RAW_HEADERS in parsed else "(no FailedQ)"
-    return Failure(parsed.get(h.FAILED_Q) or missing, parsed.get(h.EXCEPTION_TYPE) or "-", parsed)
+    return Failure(h.printable(parsed.get(h.FAILED_Q) or missing), h.printable(parsed.get(h.EXCEPTION_TYPE) or "-"),
+                   parsed)
 
 
 def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from . import headers as h
+from . import host
 
 
 @dataclass
@@ -48,18 +49,64 @@ class FailureInfoStorage:
             self._items.pop(message_id, None)
 
 
-def failure_headers(source_queue: str, exc: BaseException) -> dict[str, str]:
-    """The headers NServiceBus adds to a failed message, so ServicePulse/ServiceControl can show it."""
-    kind = type(exc)
+#: Longest ``NServiceBus.ExceptionInfo.Message`` core writes (longer messages are cut).
+MAX_EXCEPTION_MESSAGE = 16_384
+#: Removed from a message moved to the error queue: retry bookkeeping and the delayed-delivery forward header.
+REMOVED_ON_ERROR = (h.RETRIES, h.IMMEDIATE_RETRIES, h.FORWARD_DESTINATION)
+
+
+def type_name(kind: type) -> str:
+    """An exception's full type name (``module.Class``; builtins by their bare name)."""
     module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def exception_headers(exc: BaseException) -> dict[str, str]:
+    """``NServiceBus.ExceptionInfo.*`` and ``TimeOfFailure`` as core 10 writes them for an exception."""
+    kind = type(exc)
+    out = {h.EXCEPTION_TYPE: type_name(kind)}
+    inner = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if inner is not None:
+        out[h.INNER_EXCEPTION_TYPE] = type_name(type(inner))
+    help_link = getattr(exc, "help_link", None)
+    if isinstance(help_link, str):
+        out[h.EXCEPTION_HELP_LINK] = help_link
+    out[h.EXCEPTION_MESSAGE] = str(exc)[:MAX_EXCEPTION_MESSAGE]
+    out[h.EXCEPTION_SOURCE] = kind.__module__
+    out[h.EXCEPTION_STACK_TRACE] = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    out[h.TIME_OF_FAILURE] = h.format_wire_time()
+    data = getattr(exc, "data", None)
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if value is not None:
+                out[f"{h.EXCEPTION_DATA_PREFIX}{key}"] = str(value)
+    return out
+
+
+def failure_headers(source_queue: str, exc: BaseException, *, endpoint: str | None = None) -> dict[str, str]:
+    """The headers core adds to a failed message so ServiceControl imports it and ServicePulse shows it:
+    ``FailedQ`` (``source_queue``, its canonical wire address), the processing endpoint (``endpoint``, default the
+    queue's name) and machine, the host id and display name, and the exception info."""
     return {
         h.FAILED_Q: source_queue,
-        h.TIME_OF_FAILURE: h.format_wire_time(),
-        h.EXCEPTION_TYPE: kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}",
-        h.EXCEPTION_MESSAGE: str(exc),
-        h.EXCEPTION_SOURCE: module,
-        h.EXCEPTION_STACK_TRACE: "".join(traceback.format_exception(kind, exc, exc.__traceback__)),
+        h.PROCESSING_ENDPOINT: endpoint or source_queue,
+        h.PROCESSING_MACHINE: host.machine_name(),
+        h.HOST_ID: host.host_id(),
+        h.HOST_DISPLAY_NAME: host.host_display_name(),
+        **exception_headers(exc),
     }
+
+
+def error_row_headers(headers: dict[str, str | None], native_id: str, source_queue: str, exc: BaseException, *,
+                      endpoint: str | None = None) -> dict[str, str | None]:
+    """The headers of a message's copy in the error queue: its own headers without the retry bookkeeping and
+    forward header, ``NServiceBus.MessageId`` set to the native Id when missing (ServiceControl reads it
+    unconditionally), and the failure headers."""
+    merged = {k: v for k, v in headers.items() if k not in REMOVED_ON_ERROR}
+    if not merged.get(h.MESSAGE_ID):
+        merged[h.MESSAGE_ID] = native_id
+    merged.update(failure_headers(source_queue, exc, endpoint=endpoint))
+    return merged
 
 
 class PoisonMessageError(Exception):

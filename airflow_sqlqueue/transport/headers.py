@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from typing import Any
 
 from .errors import InvalidMessageError
 
@@ -24,11 +27,32 @@ EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
 EXCEPTION_MESSAGE = "NServiceBus.ExceptionInfo.Message"
 EXCEPTION_SOURCE = "NServiceBus.ExceptionInfo.Source"
 EXCEPTION_STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
+EXCEPTION_INFO_PREFIX = "NServiceBus.ExceptionInfo."
+INNER_EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.InnerExceptionType"
+EXCEPTION_HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
+EXCEPTION_DATA_PREFIX = "NServiceBus.ExceptionInfo.Data."
+PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
+PROCESSING_MACHINE = "NServiceBus.ProcessingMachine"
+ORIGINATING_MACHINE = "NServiceBus.OriginatingMachine"
+HOST_ID = "$.diagnostics.hostid"
+HOST_DISPLAY_NAME = "$.diagnostics.hostdisplayname"
+#: Delayed-retry count and when the last one was made; immediate-retry count of older cores.
+RETRIES = "NServiceBus.Retries"
+RETRIES_TIMESTAMP = "NServiceBus.Retries.Timestamp"
+IMMEDIATE_RETRIES = "NServiceBus.FLRetries"
+CONTROL_MESSAGE = "NServiceBus.ControlMessage"
+#: ServiceControl's retry: which failed message it is, where to acknowledge it, edits.
+RETRY_UNIQUE_MESSAGE_ID = "ServiceControl.Retry.UniqueMessageId"
+RETRY_ACKNOWLEDGEMENT_QUEUE = "ServiceControl.Retry.AcknowledgementQueue"
+RETRY_SUCCESSFUL = "ServiceControl.Retry.Successful"
+EDIT_OF = "ServiceControl.EditOf"
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 #: Kept on a poison row moved to the error queue: the original, unparseable Headers text.
 RAW_HEADERS = "airflow_sqlqueue.RawHeaders"
 FAILURE_HEADERS = (FAILED_Q, TIME_OF_FAILURE, EXCEPTION_TYPE, EXCEPTION_MESSAGE, EXCEPTION_SOURCE,
                    EXCEPTION_STACK_TRACE, RAW_HEADERS)
+#: What ServiceControl removes, by prefix, from a message it sends back to its queue.
+RETRY_REMOVED_PREFIXES = (RETRIES, FAILED_Q, TIME_OF_FAILURE, EXCEPTION_INFO_PREFIX, EDIT_OF)
 
 #: Largest serialized headers accepted on send (nvarchar(max) holds more, but nothing sane needs it).
 MAX_HEADERS_CHARS = 1_000_000
@@ -38,15 +62,81 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.d
 _STR = {str}
 _STR_OR_NONE = {str, type(None)}
 
+#: Unicode categories System.Text.Json's relaxed encoder treats as "undefined" and escapes (controls, surrogates,
+#: private use, unassigned, line and paragraph separators, and space separators other than U+0020).
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+
+
+def _escaped_bmp() -> str:
+    """A regex character class of the BMP characters 9.1 writes as ``\\uXXXX`` (built from ``unicodedata``)."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x20, 0x10000):  # C0 controls are escaped by the JSON encoder already
+        if code == 0x20 or unicodedata.category(chr(code)) not in _ESCAPED_CATEGORIES:
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+#: One token of encoder output: an escape the encoder wrote, or a character 9.1 escapes that it left raw.
+_TOKEN = re.compile(r"\\u([0-9a-fA-F]{4})|\\.|/|[" + _escaped_bmp() + "\U00010000-\U0010FFFF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_token(match: re.Match[str]) -> str:
+    hex_digits = match.group(1)
+    if hex_digits is not None:
+        return "\\u" + hex_digits.upper()
+    token = match.group(0)
+    if token == "/":
+        return "\\/"
+    if len(token) == 2:  # \" \\ \n ...: as the encoder wrote it
+        return token
+    code = ord(token)
+    if code < 0x10000:
+        return f"\\u{code:04X}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+
+
+def _as_upstream(text: str) -> str:
+    """Encoder output rewritten byte for byte as 9.1 writes it (System.Text.Json relaxed, then ``/`` as ``\\/``)."""
+    if text.isascii() and "\\u" not in text and "\x7f" not in text:
+        return text.replace("/", "\\/")  # the common case: plain ASCII
+    return _TOKEN.sub(_escape_token, text)
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON text with lone surrogates written as ``\\uXXXX`` escapes, so it can be encoded as UTF-8 (for output
+    made from rows: ``--json``, the dashboard). Valid only on JSON text, where surrogates sit inside strings."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", text)
+
+
+def printable(value: Any) -> Any:
+    """``value`` (text, or dicts and lists of it) with lone surrogates shown as ``\\uXXXX`` text, so that it can
+    be printed or sent as UTF-8 (header values read from rows may hold them: ``"\\ud800"`` parses to one)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(v) for v in value]
+    return value
+
 
 class PoisonHeadersError(ValueError):
     """Stored Headers text that is not a JSON object of strings."""
 
 
 def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX_HEADERS_CHARS) -> str:
-    """Serialize headers as upstream does: compact JSON object, ``/`` as ``\\/``, non-ASCII unescaped.
+    """Serialize headers as NServiceBus.Transport.SqlServer 9.1 does: a compact JSON object, System.Text.Json's
+    relaxed escaping (characters outside the BMP, controls, DEL, C1, non-space separators, private-use and
+    unassigned code points as upper-case ``\\uXXXX``; other non-ASCII raw), then ``/`` as ``\\/``.
 
-    ``limit`` guards new sends; copying a stored row (error queue, forwarding) passes ``None``.
+    ``limit`` guards new sends, which refuse lone surrogates; copying a stored row (error queue, forwarding)
+    passes ``None``: no size limit, and a lone surrogate the row held is kept as its ``\\uXXXX`` escape.
     """
     if not isinstance(headers, Mapping):
         raise InvalidMessageError(
@@ -54,11 +144,8 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
     # fast path (once per message sent): exact types checked in C; anything else is explained by the loops below
     if set(map(type, headers)) <= _STR and set(map(type, headers.values())) <= _STR_OR_NONE:
         text = _ENCODER.encode(dict(headers))
-        try:
-            text.encode("utf-8")
-            return _within_limit(text.replace("/", "\\/"), limit)
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: the loops below name the header
+        if limit is None or text.isascii() or not _SURROGATE.search(text):
+            return _within_limit(_as_upstream(text), limit)
     for key, value in headers.items():
         if not isinstance(key, str):
             raise InvalidMessageError(f"header names must be str, got {key!r}; convert the name to text")
@@ -68,13 +155,10 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
                 "(NServiceBus reads headers as a string dictionary): convert it with str() or json.dumps()")
     for key, value in headers.items():
         for part in (key, value):
-            try:
-                if part is not None:
-                    part.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidMessageError(f"header {key!r} cannot be encoded as UTF-8 ({exc.reason}); remove lone "
-                                          "surrogates from header names and values") from None
-    return _within_limit(_ENCODER.encode(dict(headers)).replace("/", "\\/"), limit)
+            if part is not None and _SURROGATE.search(part):
+                raise InvalidMessageError(f"header {key!r} cannot be encoded as UTF-8 (a lone surrogate); remove "
+                                          "lone surrogates from header names and values")
+    return _within_limit(_as_upstream(_ENCODER.encode(dict(headers))), limit)
 
 
 def _within_limit(text: str, limit: int | None) -> str:
@@ -86,13 +170,18 @@ def _within_limit(text: str, limit: int | None) -> str:
 
 
 def parse_headers(text: str | None) -> dict[str, str | None]:
-    """Parse stored Headers; NULL or empty reads as ``{}``. Raise PoisonHeadersError if not a string map."""
-    if not text or text.isspace():
+    """Parse stored Headers as upstream reads them: NULL or empty reads as ``{}``; 9.0.x (lower-case escapes),
+    9.1 (upper-case) and v6-era text all parse. Raise PoisonHeadersError for anything but a JSON object of
+    strings: whitespace only, the literal ``null``, nesting too deep to parse."""
+    if not text:
         return {}
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise PoisonHeadersError(f"Headers are not valid JSON: {exc}") from None
+        reason = "only whitespace" if isinstance(text, str) and text.isspace() else f"not valid JSON: {exc}"
+        raise PoisonHeadersError(f"Headers are {reason}") from None
+    except RecursionError:
+        raise PoisonHeadersError("Headers are nested too deeply to parse (not a JSON object of strings)") from None
     if not isinstance(value, dict):
         raise PoisonHeadersError(f"Headers are JSON {type(value).__name__}, not an object")
     if set(map(type, value.values())) <= _STR_OR_NONE:  # fast path, once per received message

@@ -38,12 +38,14 @@ class OutgoingMessage:
     :param headers: NServiceBus headers, str to str (or None).
     :param time_to_be_received: seconds or timedelta; the database sets Expires = now + this.
     :param delay: seconds or timedelta; the message waits in the delayed table until due.
+    :param content_type: the body's MIME type (``NServiceBus.ContentType`` when the headers do not set it).
     """
 
     body: bytes | str | None = b""
     headers: Mapping[str, str | None] = field(default_factory=dict)
     time_to_be_received: float | timedelta | None = None
     delay: float | timedelta | None = None
+    content_type: str | None = None
 
     def body_bytes(self) -> bytes | None:
         """The body as bytes (text encoded as UTF-8)."""
@@ -67,14 +69,22 @@ class OutgoingMessage:
         """Delivery delay in milliseconds, or None."""
         return _to_ms(self.delay, "delay")
 
-    def validated(self) -> tuple[str, bytes | None, int | None, int | None]:
-        """Check the message and return (headers text, body, ttbr ms, delay ms)."""
+    def validated(self, defaults: Mapping[str, str | None] | None = None) -> tuple[str, bytes | None, int | None,
+                                                                                   int | None]:
+        """Check the message and return (headers text, body, ttbr ms, delay ms).
+
+        :param defaults: headers written unless the message's own headers set them (the standard headers).
+        """
         ttbr, delay = self.ttbr_ms(), self.delay_ms()
         if ttbr is not None and delay is not None:
             raise InvalidMessageError(
                 "a message cannot have both a delay and a time_to_be_received (NServiceBus refuses the "
                 "combination); drop one of them")
-        return serialize_headers(self.headers), self.body_bytes(), ttbr, delay
+        if defaults and isinstance(self.headers, Mapping):
+            headers: Mapping[str, str | None] = {**defaults, **self.headers}
+        else:
+            headers = self.headers
+        return serialize_headers(headers), self.body_bytes(), ttbr, delay
 
 
 class ReceivedMessage:

@@ -24,7 +24,7 @@ from . import headers as h
 from .address import QueueAddress
 from .dialects import Dialect
 from .errors import ForwardRefusedError, InvalidAddressError, NotAQueueError, QueueNotFoundError
-from .failures import PoisonMessageError, failure_headers
+from .failures import PoisonMessageError, error_row_headers, failure_headers
 from .headers import PoisonHeadersError, parse_headers
 from .ids import new_id
 from .messages import ReceivedMessage, native_uuid
@@ -72,6 +72,8 @@ class TableQueue:
         self.address = address
         self.book = book
         self.name = dialect.format_address(address)
+        #: The canonical address written in headers (``NServiceBus.FailedQ``, forward destinations, replies).
+        self.wire = dialect.wire_address(address)
         self.ids = dialect.identifiers(address)
 
     def __repr__(self) -> str:
@@ -210,14 +212,24 @@ class TableQueue:
 
     def dead_letter(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None,
                     exc: BaseException) -> None:
-        """Copy a message into the error queue with the failure headers (same Id and body)."""
-        merged = {**headers, **failure_headers(self.name, exc)}
+        """Copy a message into the error queue (same Id and body) as core 10 does, so that ServiceControl imports
+        it: ``NServiceBus.MessageId`` (the native Id when missing), the canonical ``FailedQ``, processing
+        endpoint and machine, host, exception info; retry bookkeeping and the forward header removed."""
+        merged = error_row_headers(headers, _id_text(native_id), self.wire, exc, endpoint=self.endpoint)
         self.book.error.insert(cursor, native_id, h.serialize_headers(merged, limit=None), body)
 
     def dead_letter_raw(self, cursor: Any, native_id: Any, text: str | None, body: Any, exc: BaseException) -> None:
-        """Copy a row whose headers cannot be read into the error queue, keeping their text under a header."""
-        headers = {**failure_headers(self.name, exc), h.RAW_HEADERS: "" if text is None else text}
+        """Copy a row whose headers cannot be read into the error queue: their text kept under a header, and the
+        error-row headers added (with the native Id as ``NServiceBus.MessageId``) so ServicePulse shows it."""
+        headers = {h.MESSAGE_ID: _id_text(native_id),
+                   **failure_headers(self.wire, exc, endpoint=self.endpoint),
+                   h.RAW_HEADERS: "" if text is None else text}
         self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), _as_body(body))
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint name written as ``NServiceBus.ProcessingEndpoint`` (the transport's, else the table's)."""
+        return self.book.endpoint or self.address.table
 
 
 class QueueBook:
@@ -228,10 +240,14 @@ class QueueBook:
     :param error_queue: where poison rows and failed messages go.
     :param forward_to: queues any receiver of this transport may forward a message to (besides itself and the
         error queue) when a row's ``NServiceBus.SqlServer.ForwardDestination`` names them.
+    :param endpoint: the endpoint name this transport stands for (``NServiceBus.ProcessingEndpoint``,
+        ``OriginatingEndpoint``); None: each queue's table name.
     """
 
-    def __init__(self, dialect: Dialect, error_queue: str | QueueAddress, forward_to: Iterable[str] = ()) -> None:
+    def __init__(self, dialect: Dialect, error_queue: str | QueueAddress, forward_to: Iterable[str] = (),
+                 endpoint: str | None = None) -> None:
         self.dialect = dialect
+        self.endpoint = endpoint
         self._queues: dict[QueueAddress, TableQueue] = {}
         self._existing: set[QueueAddress] = set()
         self._lock = threading.Lock()
@@ -311,6 +327,11 @@ def _id_param(dialect: Dialect, native_id: Any) -> Any:
     if dialect.loose_types and native_id is not None:
         return native_id  # SQLite keeps whatever the row held
     return dialect.id_param(native_uuid(native_id) if native_id is not None else new_id())
+
+
+def _id_text(native_id: Any) -> str:
+    """A native id as upstream receivers show it when ``NServiceBus.MessageId`` is missing (lower-case, hyphens)."""
+    return str(native_uuid(native_id)) if not isinstance(native_id, str) else native_id.lower()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,9 +17,10 @@ from .failures import FailureInfoStorage
 from .messages import ReceivedMessage
 from .validation import check_count, check_seconds
 
-#: Header NServiceBus keeps the count of delayed retries in, and when the last one was made.
-RETRIES = "NServiceBus.Retries"
-RETRIES_TIMESTAMP = "NServiceBus.Retries.Timestamp"
+#: Header NServiceBus keeps the count of delayed retries in, and when the last one was made (wire format), as
+#: core's delayed retry writes them.
+RETRIES = h.RETRIES
+RETRIES_TIMESTAMP = h.RETRIES_TIMESTAMP
 
 
 class Action(enum.Enum):

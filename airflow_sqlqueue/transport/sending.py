@@ -7,14 +7,15 @@ the operators and the command line) goes through ``Outbox.prepare`` and ``Outbox
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import headers as h
 from .ids import new_id
 from .messages import OutgoingMessage
 from .queue import QueueBook, TableQueue
+from .standard_headers import Origin, default_endpoint, standard_headers
 
 _new_id = new_id
 
@@ -40,28 +41,43 @@ class Outbox:
     def __init__(self, book: QueueBook) -> None:
         self.book = book
         self.dialect = book.dialect
+        #: Where sends made outside a handler come from (the transport's endpoint name).
+        self.origin = Origin(book.endpoint or default_endpoint())
 
     def prepare(self, queue: str | TableQueue, messages: Iterable[OutgoingMessage | bytes | str], *,
-                endpoint: str | TableQueue | None = None) -> PreparedSend:
-        """Check every message (nothing is written when one is bad) and give immediate ones their native Id.
+                endpoint: str | TableQueue | None = None, origin: Origin | None = None,
+                raw: bool = False) -> PreparedSend:
+        """Check every message (nothing is written when one is bad), fill in the standard headers a .NET sender
+        writes (the message's own headers win) and give immediate ones their native Id, which is also their
+        ``NServiceBus.MessageId`` unless they set one.
 
         :param endpoint: for delayed messages, the endpoint whose ``.Delayed`` table stores them (default: the
             destination queue itself).
+        :param origin: who sends (a handler's context passes the message it handles); default: this transport.
+        :param raw: write the messages' headers as given, without standard headers (control messages).
         """
         target = self.book.queue(queue)
         prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
+        origin = origin or self.origin
+        time_sent = h.format_wire_time()  # one clock reading for the batch
         id_param = self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
         for item in messages:
             message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
-            headers_text, body, ttbr_ms, delay_ms = message.validated()
+            message_id = _new_id()
+            defaults = None
+            if not raw:  # the MessageId the message ends up with (its own, else the native Id) correlates it
+                own_id = message.headers.get(h.MESSAGE_ID) if isinstance(message.headers, Mapping) else None
+                defaults = standard_headers(origin, own_id if isinstance(own_id, str) and own_id else str(message_id),
+                                            content_type=message.content_type, time_sent=time_sent)
+            if message.delay is not None:
+                message = _forwarding(message, target.wire)
+            headers_text, body, ttbr_ms, delay_ms = message.validated(defaults)
             if body is None:
                 body = b""  # a NULL body stops .NET PostgreSQL receivers and ServiceControl's import
             if delay_ms is not None:
-                forward = {**message.headers, h.FORWARD_DESTINATION: target.name}
-                delayed.append({"headers": h.serialize_headers(forward), "body": body, "delay_ms": delay_ms})
+                delayed.append({"headers": headers_text, "body": body, "delay_ms": delay_ms})
                 continue
-            message_id = _new_id()
             ids.append(message_id)
             rows.append({"id": id_param(message_id), "headers": headers_text, "body": body, "ttbr_ms": ttbr_ms})
         return prepared
@@ -84,7 +100,7 @@ class Outbox:
 
         Unlike a new send, no size limit applies: the message was accepted once already.
         """
-        forward = {**headers, h.FORWARD_DESTINATION: queue.name}
+        forward = {**headers, h.FORWARD_DESTINATION: queue.wire}
         self.dialect.execute(cursor, "send_delayed", {"headers": h.serialize_headers(forward, limit=None),
                                                       "body": b"" if body is None else body,
                                                       "delay_ms": max(1, round(seconds * 1000))}, **queue.ids)
@@ -94,3 +110,10 @@ class Outbox:
         self.book.require(cursor, prepared.queue)
         if prepared.delayed:
             self.book.require(cursor, self.dialect.delayed_address(prepared.store.address))
+
+
+def _forwarding(message: OutgoingMessage, destination: str) -> OutgoingMessage:
+    """A delayed message whose forward header names its destination, whatever the caller set."""
+    if not isinstance(message.headers, Mapping):
+        return message  # refused with a clear error by validated()
+    return replace(message, headers={**message.headers, h.FORWARD_DESTINATION: destination})

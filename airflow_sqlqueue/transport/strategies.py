@@ -23,15 +23,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from . import headers as h
 from .claim import Claim
 from .dialects import Dialect
-from .errors import CrossDatabaseTransactionError, SqlQueueError
+from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueueError
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .queue import TableQueue
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
 from .session import Session
+from .standard_headers import REPLY, SEND, Origin
 from .summaries import ProcessSummary
 
 log = logging.getLogger(__name__)
@@ -138,14 +140,20 @@ class HandlerContext:
     ``send`` follows the mode: its own short transaction (NONE, RECEIVE_ONLY) or the receive transaction
     (SENDS_ATOMIC_WITH_RECEIVE, TRANSACTION_SCOPE). ``connection``/``cursor`` are the receive transaction's,
     available in TRANSACTION_SCOPE only: SQL run on them commits or rolls back with the receive.
+    Sends carry the standard headers as a .NET handler's do: the conversation of the message being handled, its
+    correlation id, and this queue as the reply address.
     """
 
-    def __init__(self, transport: Any, mode: TransactionMode, sends: SendPolicy, scope: Claim | None = None) -> None:
+    def __init__(self, transport: Any, mode: TransactionMode, sends: SendPolicy, scope: Claim | None = None,
+                 queue: TableQueue | None = None) -> None:
         #: The transport the message came from (for peeks and other reads of your own).
         self.transport = transport
         self.mode = mode
         self.sends = sends
         self._scope = scope
+        self._queue = queue
+        #: The message being handled (set before each handler call).
+        self.message: ReceivedMessage | None = None
 
     def send(self, queue: str, message: OutgoingMessage | bytes | str, **kwargs: Any) -> None:
         """Send a message with the mode's atomicity."""
@@ -157,7 +165,40 @@ class HandlerContext:
 
         :param endpoint: for delayed messages, the endpoint whose ``.Delayed`` table stores them.
         """
-        self.sends.send(self.sends.outbox.prepare(queue, messages, endpoint=endpoint))
+        self.sends.send(self.sends.outbox.prepare(queue, messages, endpoint=endpoint, origin=self._origin(SEND)))
+
+    def reply(self, message: OutgoingMessage | bytes | str, *, queue: str | None = None) -> None:
+        """Reply to the message being handled: intent ``Reply``, its conversation and correlation id.
+
+        The destination is ``queue``, else the message's ``NServiceBus.ReplyToAddress``, which (being row input)
+        must name this queue or one of the transport's ``forward_to`` queues.
+        """
+        if queue is None:
+            queue = self._reply_address()
+        self.sends.send(self.sends.outbox.prepare(queue, [message], origin=self._origin(REPLY)))
+
+    def _origin(self, intent: str) -> Origin:
+        base = self.sends.outbox.origin
+        incoming = self.message.headers if self.message is not None else None
+        reply_to = self._queue.wire if self._queue is not None else None
+        return Origin(base.endpoint, intent, reply_to, incoming)
+
+    def _reply_address(self) -> str:
+        incoming = self.message.headers if self.message is not None else {}
+        text = incoming.get(h.REPLY_TO_ADDRESS)
+        if not text:
+            raise SqlQueueError(f"the message has no {h.REPLY_TO_ADDRESS} header; pass queue= to reply()")
+        book = self.sends.outbox.book
+        source = self._queue or book.error
+        try:
+            address = book.address(text)
+        except InvalidAddressError as exc:
+            raise SqlQueueError(f"{h.REPLY_TO_ADDRESS} {text!r} is not a queue address: {exc}") from None
+        if not book.may_forward(source, address):
+            raise SqlQueueError(
+                f"{h.REPLY_TO_ADDRESS} names {text!r}, which is not among the transport's forward_to queues; a "
+                "header is row input and is not trusted as a destination: add it to forward_to=, or pass queue=")
+        return text
 
     @property
     def connection(self) -> Any:
@@ -185,6 +226,30 @@ class HandlerContext:
                                 f"{self.mode.value}); choose mode='transaction-scope' to join the handler's "
                                 "SQL to the receive transaction")
         return self._scope
+
+
+def acknowledge_retry(sends: SendPolicy, queue: TableQueue, message: ReceivedMessage) -> None:
+    """A message ServiceControl retried was handled: send the control message core sends to the acknowledgement
+    queue it names (empty body; ``ServiceControl.Retry.Successful``, ``.UniqueMessageId``,
+    ``NServiceBus.ControlMessage``), with the send policy of the mode (in the receive transaction where the mode
+    writes sends there). The queue comes from a header, so it must be the error queue (ServiceControl's) or one
+    of the transport's ``forward_to`` queues; otherwise the acknowledgement is skipped with a warning."""
+    unique_id = message.headers.get(h.RETRY_UNIQUE_MESSAGE_ID)
+    target = message.headers.get(h.RETRY_ACKNOWLEDGEMENT_QUEUE)
+    if not unique_id or not target:
+        return
+    book = sends.outbox.book
+    try:
+        allowed = book.may_forward(queue, book.address(target))
+    except InvalidAddressError:
+        allowed = False
+    if not allowed:
+        log.warning("not acknowledging the ServiceControl retry of message %s: %s %r is not the error queue nor a "
+                    "forward_to queue", message.message_id, h.RETRY_ACKNOWLEDGEMENT_QUEUE, target)
+        return
+    ack = OutgoingMessage(b"", {h.RETRY_SUCCESSFUL: h.format_wire_time(), h.RETRY_UNIQUE_MESSAGE_ID: unique_id,
+                                h.CONTROL_MESSAGE: "True"})
+    sends.send(sends.outbox.prepare(target, [ack], raw=True))
 
 
 # -- receive strategies ------------------------------------------------------------------------------------
@@ -222,11 +287,14 @@ class AtMostOnce(ReceiveStrategy):
             pass  # committed: the messages are ours now
         part = ProcessSummary(received=claim.locked)
         part.add_stats(claim.stats)
-        context = HandlerContext(self.transport, self.mode, ImmediateSends(self.outbox, self.session))
+        sends = ImmediateSends(self.outbox, self.session)
+        context = HandlerContext(self.transport, self.mode, sends, queue=self.queue)
         try:
             for message in claim.messages:
                 try:
+                    context.message = message
                     self.handler(message, context)
+                    acknowledge_retry(sends, self.queue, message)
                     part.succeeded += 1
                 except Exception:
                     part.lost += 1
@@ -265,7 +333,7 @@ class HeldBatch(ReceiveStrategy):
         summary.add(part)
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
-        return HandlerContext(self.transport, self.mode, sends)
+        return HandlerContext(self.transport, self.mode, sends, queue=self.queue)
 
     def _handle(self, claim: Claim, context: HandlerContext, sends: SendPolicy, message: ReceivedMessage,
                 part: ProcessSummary) -> bool:
@@ -275,7 +343,9 @@ class HeldBatch(ReceiveStrategy):
             return self._give_up(claim, message, earlier, self.recoverability.after_immediate(message, 0), part)
         mark = self._before(claim)
         try:
+            context.message = message
             self.handler(message, context)
+            acknowledge_retry(sends, self.queue, message)
         except Exception as exc:
             if self._is_infrastructure(exc):
                 raise
@@ -322,7 +392,7 @@ class ScopedBatch(HeldBatch):
     transaction; a savepoint per message undoes a failed handler's SQL and sends."""
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
-        return HandlerContext(self.transport, self.mode, sends, scope=claim)
+        return HandlerContext(self.transport, self.mode, sends, scope=claim, queue=self.queue)
 
     def _before(self, claim: Claim) -> Any:
         savepoint = self.dialect.quote("sqlqueue_message")

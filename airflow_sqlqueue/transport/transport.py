@@ -27,6 +27,7 @@ from .headers import PoisonHeadersError, parse_headers
 from .maintenance import check, purge_expired
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
 from .pump import MessagePump, ProcessSummary
 from .queue import QueueBook, ReceiveStats
 from .recoverability import Recoverability
@@ -59,14 +60,20 @@ class SqlQueueTransport:
     :param forward_to: queues a receiver of this transport may forward a message to when a row's
         ``NServiceBus.SqlServer.ForwardDestination`` names them (besides its own queue and the error queue);
         a row naming any other queue goes to the error queue.
+    :param endpoint: the NServiceBus endpoint name this transport sends and processes as
+        (``NServiceBus.OriginatingEndpoint`` on sends, ``NServiceBus.ProcessingEndpoint`` on error rows);
+        default: the queue's table name on error rows, ``SQLQUEUE_ENDPOINT`` or ``airflow`` on sends.
+    :param subscription_table: the subscription table shared with .NET endpoints (publish/subscribe).
     """
 
     def __init__(self, connect: Callable[[], Any], dialect: str | Dialect, *, error_queue: str = "error",
-                 forward_to: Iterable[str] = ()) -> None:
+                 forward_to: Iterable[str] = (), endpoint: str | None = None,
+                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE) -> None:
         self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
         self.session = Session(connect, self.dialect)
-        self.book = QueueBook(self.dialect, error_queue, forward_to)
+        self.book = QueueBook(self.dialect, error_queue, forward_to, endpoint)
         self.outbox = Outbox(self.book)
+        self.pubsub = PubSub(self.session, self.book, self.outbox, self.book.address(subscription_table))
         self.error_queue = self.book.error.address
 
     @classmethod
@@ -93,6 +100,11 @@ class SqlQueueTransport:
     def name(self, queue: str | QueueAddress) -> str:
         """Canonical text of a queue address."""
         return self.book.queue(queue).name
+
+    def wire_address(self, queue: str | QueueAddress) -> str:
+        """The address of a queue as headers carry it (``FailedQ``, forward and reply addresses):
+        ``Table@[schema]@[catalog]`` on SQL Server, ``"schema"."table"`` on PostgreSQL."""
+        return self.book.queue(queue).wire
 
     # -- running statements ----------------------------------------------------------------------
     def run(self, work: Callable[[Any], T], *, what: str = "", read_only: bool = False) -> T:
@@ -198,6 +210,37 @@ class SqlQueueTransport:
         if cursor is not None:
             return self.outbox.write(cursor, prepared)
         return self.run(lambda cur: self.outbox.write(cur, prepared), what=f"send to {prepared.queue.name!r}")
+
+    # -- publish / subscribe -----------------------------------------------------------------------
+    def create_subscription_table(self) -> bool:
+        """Create the subscription table shared with .NET endpoints unless it exists; True when created here."""
+        try:
+            return self.pubsub.create_table()
+        except Exception as exc:
+            raise self.explain(exc, f"create subscription table {self.pubsub.name!r}") from exc
+
+    def subscribe(self, queue: str | QueueAddress, topics: str | Iterable[str], *,
+                  endpoint: str | None = None) -> list[Subscription]:
+        """Subscribe ``queue`` to events: ``topics`` are .NET full type names (e.g. ``Sales.OrderPlaced``).
+
+        :param endpoint: the endpoint name the subscription is stored under (default: the queue's table name).
+        """
+        return self.pubsub.subscribe(self.book.queue(queue), topics, endpoint)
+
+    def unsubscribe(self, endpoint: str | QueueAddress, topics: str | Iterable[str]) -> int:
+        """Remove the subscriptions of ``endpoint`` (a name, or a queue: its table name) to ``topics``."""
+        name = endpoint.table if isinstance(endpoint, QueueAddress) else endpoint
+        return self.pubsub.unsubscribe(name, topics)
+
+    def subscriptions(self) -> list[Subscription]:
+        """Every subscription in the subscription table."""
+        return self.pubsub.subscriptions()
+
+    def publish(self, event_type: str, message: OutgoingMessage | bytes | str, *,
+                base_types: Iterable[str] = ()) -> PublishResult:
+        """Publish an event: one copy to every queue subscribed to ``event_type`` or one of ``base_types`` (its
+        base classes and interfaces, .NET full names), all in one transaction."""
+        return self.pubsub.publish(event_type, message, base_types=base_types)
 
     # -- receive ---------------------------------------------------------------------------------
     def claim(self, queue: str | QueueAddress, max_messages: int = 1, *, take: bool = False) -> Claim:

@@ -22,7 +22,7 @@ from .workers import InjectedFailure
 GOOD = max(MESSAGES // 10, 200)
 EVERY = 100
 FAILURE_NAMES = {h.FAILED_Q, h.TIME_OF_FAILURE, h.EXCEPTION_TYPE, h.EXCEPTION_MESSAGE, h.EXCEPTION_SOURCE,
-                 h.EXCEPTION_STACK_TRACE}
+                 h.EXCEPTION_STACK_TRACE, h.PROCESSING_ENDPOINT, h.PROCESSING_MACHINE, h.HOST_ID, h.HOST_DISPLAY_NAME}
 HUGE_VALID = '{"big":"' + "x" * 200_000 + '"}'  # 200 KB: big, under the send limit
 #: (kind, headers text, body, poison?)
 BAD_ROWS = [
@@ -115,8 +115,8 @@ def test_bad_rows_moved_intact_and_the_queue_keeps_flowing(queues, how):
         parsed = h.parse_headers(error_headers)
         assert body == (b"" if original_body is None else original_body), "the body must be moved intact"
         assert parsed[h.RAW_HEADERS] == text, "the raw headers must be kept verbatim"
-        assert set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS}
-        assert parsed[h.FAILED_Q] == t.name(q)
+        assert set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS, h.MESSAGE_ID}
+        assert parsed[h.FAILED_Q] == t.wire_address(q)
     odd = len(expected) - GOOD
     summary(f"bad_rows[{how}]", queues.kind, messages=GOOD + len(poison) + odd, faults=len(poison) + odd,
             lost=len(lost(expected, seen)), poison_moved=len(poison), odd_rows_delivered=odd)
@@ -144,7 +144,8 @@ def test_odd_row_whose_handler_fails_moves_intact_with_failure_headers(queues, k
     assert (error_id, error_body) == (row_id, b"" if body is None else body)
     assert FAILURE_NAMES <= set(parsed)
     original = h.parse_headers(text)
-    assert {k: v for k, v in parsed.items() if k not in FAILURE_NAMES} == original
+    # MessageId is added (the native Id) when the row had none: ServiceControl reads it unconditionally
+    assert {k: v for k, v in parsed.items() if k not in FAILURE_NAMES} == {h.MESSAGE_ID: str(row_id), **original}
     # and the failed message goes back to its queue unchanged (minus the failure headers)
     assert t.retry_errors().total_returned == 1
     [back] = t.receive(q)
@@ -162,7 +163,7 @@ def test_huge_poison_headers_moved_and_queue_flows(queues):
     [(error_id, error_headers, body)] = error_rows(queues)
     assert (error_id, body) == (row_id, b"p")
     parsed = h.parse_headers(error_headers)
-    assert parsed[h.RAW_HEADERS] == HUGE_POISON and set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS}
+    assert parsed[h.RAW_HEADERS] == HUGE_POISON and set(parsed) == FAILURE_NAMES | {h.RAW_HEADERS, h.MESSAGE_ID}
 
 
 def test_huge_valid_headers_of_a_failing_message_move_to_error(queues):
@@ -182,4 +183,5 @@ def test_huge_valid_headers_of_a_failing_message_move_to_error(queues):
     [(error_id, error_headers, body)] = error_rows(queues)
     parsed = h.parse_headers(error_headers)
     assert (error_id, body) == (row_id, b"h") and FAILURE_NAMES <= set(parsed)
-    assert {k: v for k, v in parsed.items() if k not in FAILURE_NAMES} == {"big": "y" * 2_000_000}
+    kept = {k: v for k, v in parsed.items() if k not in FAILURE_NAMES}
+    assert kept == {h.MESSAGE_ID: str(row_id), "big": "y" * 2_000_000}

@@ -149,7 +149,7 @@ def _check_outcome(db, sent: set[bytes], succeeded: list[bytes], attempts: Count
     assert count(db, "orders") == 0
     for _, error_headers, _ in errors:
         parsed = h.parse_headers(error_headers)
-        assert parsed[h.FAILED_Q] == db.transport.name(db.q("orders"))
+        assert parsed[h.FAILED_Q] == db.transport.wire_address(db.q("orders"))
         assert parsed[h.EXCEPTION_TYPE].endswith("InjectedFailure")
         assert parsed["NServiceBus.EnclosedMessageTypes"] == "Reliability.Test"
     replies = Counter(bodies(db, "replies"))

@@ -91,6 +91,11 @@ class Dialect:
         """Canonical text of an address (parses back to the same address)."""
         raise NotImplementedError
 
+    def wire_address(self, address: QueueAddress) -> str:
+        """The canonical address written in headers that name a queue (``NServiceBus.FailedQ``, forward
+        destinations, reply addresses), as a .NET endpoint writes its own: schema (and catalog) always given."""
+        return self.format_address(address)
+
     def quote(self, name: str) -> str:
         """Quote one identifier."""
         raise NotImplementedError
@@ -111,7 +116,8 @@ class Dialect:
     def identifiers(self, address: QueueAddress) -> dict[str, str]:
         """Quoted identifiers for the ``{slots}`` of statements about one queue."""
         delayed = self.delayed_address(address)
-        ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed)}
+        ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed),
+               "table": self.qualified(address)}  # statements about a table that is not a queue (subscriptions)
         for kind in self.index_kinds:
             ids[kind + "_index"] = self.quote(self.index_name(address, kind))
         return ids

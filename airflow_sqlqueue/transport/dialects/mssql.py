@@ -153,6 +153,14 @@ class MssqlDialect(Dialect):
     def format_address(self, address: QueueAddress) -> str:
         return format_mssql(address)
 
+    def wire_address(self, address: QueueAddress) -> str:
+        """``table@[schema]@[catalog]``: schema (default ``dbo``) and catalog (default the connection's database)
+        always given, as NServiceBus.Transport.SqlServer writes its addresses; without a known catalog,
+        ``table@[schema]``."""
+        catalog = address.catalog or self.default_catalog
+        full = QueueAddress(address.table, address.schema or self.default_schema or "dbo", catalog)
+        return format_mssql(full)
+
     def quote(self, name: str) -> str:
         return "[" + name.replace("]", "]]") + "]"
 

@@ -84,6 +84,10 @@ class PostgresDialect(Dialect):
     def format_address(self, address: QueueAddress) -> str:
         return format_postgres(address)
 
+    def wire_address(self, address: QueueAddress) -> str:
+        """``"schema"."table"``, always quoted, schema defaulting to ``public`` (NServiceBus.Transport.PostgreSql)."""
+        return self.quote(address.schema or self.default_schema or "public") + "." + self.quote(address.table)
+
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 

@@ -28,6 +28,10 @@ SELECT COUNT(*) FROM {sys}.schemas WHERE name = %(schema_name)s
 -- 1 when the table exists (%(object_name)s is the bracket-quoted qualified name, passed as a value).
 SELECT COUNT(*) FROM {sys}.objects WHERE object_id = OBJECT_ID(%(object_name)s) AND type = 'U'
 
+-- compatibility_level --
+-- The compatibility level of the session's database: below 130 OPENJSON does not exist, and batch sends and deletes use one statement per row instead.
+SELECT compatibility_level FROM sys.databases WHERE name = DB_NAME()
+
 -- column_exists --
 -- Whether a column exists (old queue tables lack Recoverable), and whether the table exists at all.
 SELECT CASE WHEN COL_LENGTH(%(object_name)s, %(column_name)s) IS NULL THEN 0 ELSE 1 END,
@@ -192,7 +196,7 @@ WITH message AS (
 DELETE FROM message
 OUTPUT deleted.Id,
        deleted.RowVersion,
-       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        deleted.Headers,
        deleted.Body
 
@@ -201,7 +205,7 @@ OUTPUT deleted.Id,
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
@@ -212,7 +216,7 @@ ORDER BY RowVersion
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
@@ -224,7 +228,7 @@ ORDER BY RowVersion
 SELECT TOP (%(batch_size)s)
        Id,
        RowVersion,
-       CASE WHEN Expires IS NULL THEN 0 WHEN Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN Expires IS NULL THEN 0 WHEN Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        Headers,
        Body
 FROM {queue} WITH (READPAST)
@@ -375,3 +379,34 @@ ALTER INDEX ALL ON {queue} REORGANIZE
 -- Turn a CLUSTERED Index_RowVersion (tables made before 2020) into the NONCLUSTERED one; one batch, one transaction.
 DROP INDEX {seq_index} ON {queue};
 CREATE NONCLUSTERED INDEX {seq_index} ON {queue} (RowVersion)
+
+-- create_subscription_table --
+-- The subscription table shared by every endpoint (native publish/subscribe, NServiceBus.Transport.SqlServer's shape; {table} is its name). Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {table} (
+    QueueAddress nvarchar(200) NOT NULL,
+    Endpoint nvarchar(200) NOT NULL,
+    Topic nvarchar(200) NOT NULL,
+    PRIMARY KEY (Endpoint, Topic)
+)
+
+-- subscribe --
+-- Subscribe an endpoint's queue to a topic: a MERGE under an exclusive table lock (as upstream), updating the queue address of an existing (Endpoint, Topic).
+MERGE {table} WITH (HOLDLOCK, TABLOCKX) AS target
+USING (SELECT %(queue_address)s AS QueueAddress, %(topic)s AS Topic, %(endpoint)s AS Endpoint) AS source
+ON target.Endpoint = source.Endpoint AND target.Topic = source.Topic
+WHEN MATCHED AND target.QueueAddress <> source.QueueAddress THEN
+    UPDATE SET QueueAddress = source.QueueAddress
+WHEN NOT MATCHED THEN
+    INSERT (QueueAddress, Topic, Endpoint) VALUES (source.QueueAddress, source.Topic, source.Endpoint);
+
+-- unsubscribe --
+-- Remove an endpoint's subscription to a topic.
+DELETE FROM {table} WHERE Endpoint = %(endpoint)s AND Topic = %(topic)s
+
+-- subscribers --
+-- The queue addresses subscribed to one topic.
+SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
+
+-- list_subscriptions --
+-- Every subscription, by topic.
+SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint

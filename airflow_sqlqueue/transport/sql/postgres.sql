@@ -326,3 +326,30 @@ ALTER TABLE {delayed} SET (fillfactor=100)
 -- migrate_delayed_drop_old_due_index --
 -- Migration: drop the 0.1 due index ({legacy_due_index} is schema-qualified) once "<table>_Due" exists.
 DROP INDEX IF EXISTS {legacy_due_index}
+
+-- create_subscription_table --
+-- The subscription table shared by every endpoint (native publish/subscribe, NServiceBus.Transport.PostgreSql's shape; {table} is its name).
+CREATE TABLE IF NOT EXISTS {table} (
+    queueaddress varchar(200) NOT NULL,
+    endpoint varchar(200) NOT NULL,
+    topic varchar(200) NOT NULL,
+    PRIMARY KEY (endpoint, topic)
+)
+
+-- subscribe --
+-- Subscribe an endpoint's queue to a topic (an upsert on (endpoint, topic): the endpoint's queue address is updated).
+INSERT INTO {table} (queueaddress, topic, endpoint)
+VALUES (%(queue_address)s, %(topic)s, %(endpoint)s)
+ON CONFLICT (endpoint, topic) DO UPDATE SET queueaddress = EXCLUDED.queueaddress
+
+-- unsubscribe --
+-- Remove an endpoint's subscription to a topic.
+DELETE FROM {table} WHERE endpoint = %(endpoint)s AND topic = %(topic)s
+
+-- subscribers --
+-- The queue addresses subscribed to one topic.
+SELECT DISTINCT queueaddress FROM {table} WHERE topic = %(topic)s
+
+-- list_subscriptions --
+-- Every subscription, by topic.
+SELECT queueaddress, endpoint, topic FROM {table} ORDER BY topic, endpoint

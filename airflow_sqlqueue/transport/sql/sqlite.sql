@@ -65,24 +65,24 @@ VALUES (%(headers)s, COALESCE(%(body)s, X''),
 -- Delete up to %(batch_size)s of the oldest rows and return them.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
-RETURNING id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+RETURNING id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
           headers, body
 
 -- lock_batch --
 -- Read up to %(batch_size)s of the oldest rows (the write lock taken by BEGIN IMMEDIATE holds them).
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s
 
 -- lock_after --
 -- Read rows after a position, oldest first, under the transaction's write lock.
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- browse --
 -- Read rows after a position without deleting them.
-SELECT id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
@@ -165,3 +165,30 @@ WHERE seq IN (SELECT d.seq FROM (SELECT seq, row_number() OVER (PARTITION BY id 
 -- migrate_unique_id --
 -- Migration: the unique index on id (what UNIQUE on the column gives a new table).
 CREATE UNIQUE INDEX IF NOT EXISTS {id_index} ON {queue} (id)
+
+-- create_subscription_table --
+-- The subscription table shared by every endpoint (native publish/subscribe, the upstream shape; {table} is its name).
+CREATE TABLE IF NOT EXISTS {table} (
+    QueueAddress varchar(200) NOT NULL,
+    Endpoint varchar(200) NOT NULL,
+    Topic varchar(200) NOT NULL,
+    PRIMARY KEY (Endpoint, Topic)
+)
+
+-- subscribe --
+-- Subscribe an endpoint's queue to a topic (an upsert on (Endpoint, Topic): the endpoint's queue address is updated).
+INSERT INTO {table} (QueueAddress, Topic, Endpoint)
+VALUES (%(queue_address)s, %(topic)s, %(endpoint)s)
+ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = excluded.QueueAddress
+
+-- unsubscribe --
+-- Remove an endpoint's subscription to a topic.
+DELETE FROM {table} WHERE Endpoint = %(endpoint)s AND Topic = %(topic)s
+
+-- subscribers --
+-- The queue addresses subscribed to one topic.
+SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
+
+-- list_subscriptions --
+-- Every subscription, by topic.
+SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
