@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..address import QueueAddress, format_postgres, parse_postgres
@@ -37,6 +38,16 @@ class PostgresDialect(Dialect):
     rights_hint = ("Sending needs INSERT (and USAGE on the seq sequence); receiving and peeking need SELECT and DELETE "
                    "on the queue tables, and UPDATE on their seq column (GRANT UPDATE (seq) ON ... TO ...): PostgreSQL "
                    "requires an UPDATE right for the row locks of FOR UPDATE SKIP LOCKED")
+
+    def header_field(self, value: Any) -> Any:
+        """``failed_page`` finds header values by pattern: the JSON string text, unescaped here (kept raw when
+        the escapes do not decode)."""
+        if value is None:
+            return None
+        try:
+            return json.loads(f'"{value}"')
+        except ValueError:
+            return value
 
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
         if isinstance(text, QueueAddress):

@@ -117,10 +117,6 @@ SELECT COALESCE(
   - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0),
   set_config('synchronous_commit', 'off', true)
 
--- head_headers --
--- Headers of the oldest row (its TimeSent gives the age of the queue).
-SELECT headers FROM {queue} ORDER BY seq LIMIT 1
-
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).
 DELETE FROM {queue}
@@ -188,3 +184,63 @@ FROM pg_stat_user_tables WHERE schemaname = %(schema_name)s AND relname = %(tabl
 -- vacuum_table --
 -- Reclaim dead tuples left by receives (runs outside a transaction).
 VACUUM (ANALYZE) {queue}
+
+-- count_rows --
+-- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
+SELECT count(*) FROM {queue}
+
+-- failed_page --
+-- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- (never sent whole); the fields it groups by are the raw JSON string text found by pattern, so no row (bad
+-- JSON, a lone surrogate escape, binary) can make the statement fail. Filters: NULL matches any row;
+-- %(search)s is an ILIKE pattern on the headers text.
+SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure, left(exception_message, 2000),
+       left(stack_trace, 8000), headers_preview, headers_length, body_preview, body_length
+FROM (
+    SELECT id, seq,
+           substring(headers from '"NServiceBus\.FailedQ"\s*:\s*"((?:[^"\\]|\\.)*)"') AS failed_q,
+           substring(headers from '"NServiceBus\.ExceptionInfo\.ExceptionType"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_type,
+           left(substring(headers from '"NServiceBus\.EnclosedMessageTypes"\s*:\s*"((?:[^"\\]|\\.)*)"'), 300) AS message_type,
+           substring(headers from '"NServiceBus\.TimeOfFailure"\s*:\s*"((?:[^"\\]|\\.)*)"') AS time_of_failure,
+           substring(headers from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_message,
+           substring(headers from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"') AS stack_trace,
+           left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
+           substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length,
+           headers
+    FROM {queue}
+    WHERE seq > %(after_seq)s
+) AS f
+WHERE (%(failed_q)s::text IS NULL OR f.failed_q = %(failed_q)s::text)
+  AND (%(exception_type)s::text IS NULL OR f.exception_type = %(exception_type)s::text)
+  AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
+  AND (%(search)s::text IS NULL OR f.headers ILIKE %(search)s::text)
+ORDER BY f.seq
+LIMIT %(batch_size)s
+
+-- failed_groups --
+-- Failed messages counted by the queue they failed in, exception type and message type, with the first and
+-- last failure (raw JSON string text found by pattern, as failed_page); largest groups first.
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
+FROM (
+    SELECT substring(headers from '"NServiceBus\.FailedQ"\s*:\s*"((?:[^"\\]|\\.)*)"') AS failed_q,
+           substring(headers from '"NServiceBus\.ExceptionInfo\.ExceptionType"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_type,
+           left(substring(headers from '"NServiceBus\.EnclosedMessageTypes"\s*:\s*"((?:[^"\\]|\\.)*)"'), 300) AS message_type,
+           substring(headers from '"NServiceBus\.TimeOfFailure"\s*:\s*"((?:[^"\\]|\\.)*)"') AS time_of_failure
+    FROM {queue}
+) AS f
+GROUP BY failed_q, exception_type, message_type
+ORDER BY count(*) DESC, failed_q, exception_type, message_type
+LIMIT %(batch_size)s
+
+-- lock_position --
+-- Lock one row addressed by position and Id (an index seek on seq; the Id guards against a reused position).
+SELECT id, seq, false, headers, body FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s FOR UPDATE
+
+-- delete_position --
+-- Delete one row addressed by position and Id (an index seek on seq).
+DELETE FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s
+
+-- head_time_sent --
+-- TimeSent of the oldest row, found in the headers by pattern (JSON string text, still escaped): the age of the
+-- queue without reading the whole headers of a row that may be huge or not JSON.
+SELECT substring(headers from '"NServiceBus\.TimeSent"\s*:\s*"((?:[^"\\]|\\.)*)"') FROM {queue} ORDER BY seq LIMIT 1
