@@ -62,12 +62,8 @@ class FailedFilter:
     search: str | None = None
 
     def params(self) -> dict[str, Any]:
-        pattern = None
-        if self.search:
-            escaped = self.search.replace("\\", "").replace("%", "").replace("_", "")
-            pattern = f"%{escaped}%" if escaped else None
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
-                "message_type": self.message_type or None, "search": pattern}
+                "message_type": self.message_type or None, "search": self.search or None}
 
 
 @dataclass

@@ -323,23 +323,23 @@ SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 
 -- failed_page --
 -- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
--- (never sent whole); grouping fields are read only from valid JSON (ISJSON), so no row can make the statement
--- fail. Filters: NULL matches any row; %(search)s is a LIKE pattern on the headers text.
+-- (never sent whole); grouping fields are read only from valid JSON (ISJSON) of at most one Mi characters, so no
+-- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain.
 SELECT TOP (%(batch_size)s) f.Id, f.RowVersion, f.failed_q, f.exception_type, f.message_type, f.time_of_failure,
        LEFT(f.exception_message, 2000), LEFT(f.stack_trace, 8000), f.headers_preview, f.headers_length,
        f.body_preview, f.body_length
 FROM (
     SELECT Id, RowVersion, Headers,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
                AS exception_type,
-           CASE WHEN ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
            END AS message_type,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
                AS time_of_failure,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.Message"') END
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.Message"') END
                AS exception_message,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.StackTrace"') END
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.StackTrace"') END
                AS stack_trace,
            LEFT(Headers, %(headers_chars)s) AS headers_preview, LEN(Headers) AS headers_length,
            SUBSTRING(Body, 1, %(body_bytes)s) AS body_preview, DATALENGTH(Body) AS body_length
@@ -349,7 +349,7 @@ FROM (
 WHERE (%(failed_q)s IS NULL OR f.failed_q = %(failed_q)s)
   AND (%(exception_type)s IS NULL OR f.exception_type = %(exception_type)s)
   AND (%(message_type)s IS NULL OR f.message_type = %(message_type)s)
-  AND (%(search)s IS NULL OR f.Headers LIKE %(search)s)
+  AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0)
 ORDER BY f.RowVersion
 
 -- failed_groups --
@@ -358,12 +358,12 @@ ORDER BY f.RowVersion
 SELECT TOP (%(batch_size)s) f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure),
        MAX(f.time_of_failure)
 FROM (
-    SELECT CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
+    SELECT CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
                AS exception_type,
-           CASE WHEN ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
            END AS message_type,
-           CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
                AS time_of_failure
     FROM {queue} WITH (READPAST)
 ) AS f
@@ -383,5 +383,5 @@ DELETE FROM {queue} WHERE RowVersion = %(seq)s AND Id = TRY_CAST(%(id)s AS uniqu
 -- head_time_sent --
 -- TimeSent of the oldest row no receiver holds (valid JSON only): the age of the queue without reading the whole
 -- headers of a row that may be huge or not JSON.
-SELECT TOP (1) CASE WHEN ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeSent"') END
+SELECT TOP (1) CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeSent"') END
 FROM {queue} WITH (READPAST) ORDER BY RowVersion

@@ -191,41 +191,51 @@ SELECT count(*) FROM {queue}
 
 -- failed_page --
 -- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
--- (never sent whole); the fields it groups by are the raw JSON string text found by pattern, so no row (bad
--- JSON, a lone surrogate escape, binary) can make the statement fail. Filters: NULL matches any row;
--- %(search)s is an ILIKE pattern on the headers text.
-SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure, left(exception_message, 2000),
-       left(stack_trace, 8000), headers_preview, headers_length, body_preview, body_length
+-- (never sent whole). The fields it groups and filters by are the JSON string text after '"<name>":"' (or
+-- '"<name>": "') up to the next quote (a value holding an escaped quote is cut there); the exception message and
+-- stack trace are the whole JSON string found by pattern in the first MiB of the headers (the provider sends at
+-- most 1,000,000 characters). Plain text functions: no row (bad JSON, a lone surrogate escape, huge headers) can
+-- make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain
+-- (exact case).
+SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
+       left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"'), 2000),
+       left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"'), 8000),
+       headers_preview, headers_length, body_preview, body_length
 FROM (
-    SELECT id, seq,
-           substring(headers from '"NServiceBus\.FailedQ"\s*:\s*"((?:[^"\\]|\\.)*)"') AS failed_q,
-           substring(headers from '"NServiceBus\.ExceptionInfo\.ExceptionType"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_type,
-           left(substring(headers from '"NServiceBus\.EnclosedMessageTypes"\s*:\s*"((?:[^"\\]|\\.)*)"'), 300) AS message_type,
-           substring(headers from '"NServiceBus\.TimeOfFailure"\s*:\s*"((?:[^"\\]|\\.)*)"') AS time_of_failure,
-           substring(headers from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_message,
-           substring(headers from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"') AS stack_trace,
+    SELECT id, seq, headers,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.FailedQ":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.FailedQ": "', 2), '"', 1), '')) AS failed_q,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure,
            left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
-           substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length,
-           headers
+           substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length
     FROM {queue}
     WHERE seq > %(after_seq)s
 ) AS f
 WHERE (%(failed_q)s::text IS NULL OR f.failed_q = %(failed_q)s::text)
   AND (%(exception_type)s::text IS NULL OR f.exception_type = %(exception_type)s::text)
   AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
-  AND (%(search)s::text IS NULL OR f.headers ILIKE %(search)s::text)
+  AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0)
 ORDER BY f.seq
 LIMIT %(batch_size)s
 
 -- failed_groups --
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
--- last failure (raw JSON string text found by pattern, as failed_page); largest groups first.
+-- last failure (fields read as in failed_page, one pass over the queue); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
 FROM (
-    SELECT substring(headers from '"NServiceBus\.FailedQ"\s*:\s*"((?:[^"\\]|\\.)*)"') AS failed_q,
-           substring(headers from '"NServiceBus\.ExceptionInfo\.ExceptionType"\s*:\s*"((?:[^"\\]|\\.)*)"') AS exception_type,
-           left(substring(headers from '"NServiceBus\.EnclosedMessageTypes"\s*:\s*"((?:[^"\\]|\\.)*)"'), 300) AS message_type,
-           substring(headers from '"NServiceBus\.TimeOfFailure"\s*:\s*"((?:[^"\\]|\\.)*)"') AS time_of_failure
+    SELECT COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.FailedQ":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.FailedQ": "', 2), '"', 1), '')) AS failed_q,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
     FROM {queue}
 ) AS f
 GROUP BY failed_q, exception_type, message_type
@@ -243,4 +253,4 @@ DELETE FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s
 -- head_time_sent --
 -- TimeSent of the oldest row, found in the headers by pattern (JSON string text, still escaped): the age of the
 -- queue without reading the whole headers of a row that may be huge or not JSON.
-SELECT substring(headers from '"NServiceBus\.TimeSent"\s*:\s*"((?:[^"\\]|\\.)*)"') FROM {queue} ORDER BY seq LIMIT 1
+SELECT substring(left(headers, 1048576) from '"NServiceBus\.TimeSent"\s*:\s*"((?:[^"\\]|\\.)*)"') FROM {queue} ORDER BY seq LIMIT 1

@@ -144,8 +144,9 @@ SELECT count(*) FROM {queue}
 -- failed_page --
 -- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
 -- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
--- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text.
--- Filters: NULL matches any row; %(search)s is a LIKE pattern on the headers text.
+-- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
+-- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
+-- Filters: NULL matches any row; %(search)s is text the headers contain (exact case).
 SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
        substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
        body_preview, body_length
@@ -167,13 +168,13 @@ FROM (
            substr(CAST(body AS BLOB), 1, %(body_bytes)s) AS body_preview,
            length(CAST(body AS BLOB)) AS body_length,
            headers
-    FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND json_valid(headers) AS ok
+    FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
           FROM {queue} WHERE seq > %(after_seq)s)
 ) AS f
 WHERE (%(failed_q)s IS NULL OR f.failed_q = CAST(%(failed_q)s AS BLOB))
   AND (%(exception_type)s IS NULL OR f.exception_type = CAST(%(exception_type)s AS BLOB))
   AND (%(message_type)s IS NULL OR f.message_type = CAST(%(message_type)s AS BLOB))
-  AND (%(search)s IS NULL OR CAST(f.headers AS TEXT) LIKE %(search)s)
+  AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0)
 ORDER BY f.seq
 LIMIT %(batch_size)s
 
@@ -189,7 +190,7 @@ FROM (
            END AS message_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
                AS time_of_failure
-    FROM (SELECT headers, typeof(headers) = 'text' AND json_valid(headers) AS ok FROM {queue})
+    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue})
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 ORDER BY count(*) DESC, failed_q, exception_type, message_type
@@ -206,6 +207,6 @@ DELETE FROM {queue} WHERE seq = %(seq)s AND CAST(id AS TEXT) = %(id)s
 -- head_time_sent --
 -- TimeSent of the oldest row (read only from valid JSON text, as a BLOB): the age of the queue without reading
 -- the whole headers of a row that may be huge or not JSON.
-SELECT CASE WHEN typeof(headers) = 'text' AND json_valid(headers)
+SELECT CASE WHEN typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers)
             THEN CAST(json_extract(headers, '$."NServiceBus.TimeSent"') AS BLOB) END
 FROM {queue} ORDER BY seq LIMIT 1
