@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from tests.test_dashboard_api are parameters here)
 """The error-queue browser on a hostile error queue (issue 14): bad rows, huge rows, a million rows, foreign targets.
 
 Through the real Airflow API server app as in :mod:`tests.test_dashboard_api` (same fixtures), on SQLite and
