@@ -383,7 +383,10 @@ def test_the_plugin_adds_a_nav_view_and_mounts_its_app(client: Any) -> None:
     (plugin,) = [p for p in response.json()["plugins"] if p["name"] == "sqlqueue_dashboard"]
     assert plugin["fastapi_apps"][0]["url_prefix"] == PREFIX
     (view,) = plugin["external_views"]
-    assert view["href"] == f"{PREFIX}/" and view["url_route"] == "sql-queues" and view["destination"] == "nav"
+    assert view["href"] == "sqlqueue/" and view["url_route"] == "sql-queues" and view["destination"] == "nav"
+    assert view["name"] == "Queues"  # short enough for the nav (it cut "SQL Queues" to "SQL Que...")
+    icon = client.get(f"{PREFIX}/assets/icon.svg", headers=as_user("viewer"))
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     script = client.get(f"{PREFIX}/assets/dashboard.js", headers=as_user("viewer"))
     assert script.status_code == 200 and "loadOverview" in script.text
 

@@ -44,7 +44,8 @@ from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
 from .auth import EditorDep, ReaderDep, can_edit
 
 log = logging.getLogger(__name__)
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
+          "icon-dark.svg": "image/svg+xml"}
 MAX_SELECTED = 1000
 
 
