@@ -4,8 +4,9 @@ Registered by the ``airflow.plugins`` entry point, so installing the provider is
 mounted by the API server under ``/sqlqueue``; the UI shows it in an iframe at ``/plugin/sql-queues`` (Airflow 3
 ``external_views``). The view's ``href`` and icons are relative, so the browser resolves them against the UI's
 base URL: the page works when the API server is served under a path prefix (``[api] base_url`` with a path).
-The nav label is short ("Queues"): Airflow's narrow nav cut "SQL Queues" to "SQL Que...". The app is built on its first request, so the other Airflow components that load
-plugins (scheduler, workers) never import the API server's modules for it.
+The nav label is short ("Queues"): Airflow's narrow nav cut "SQL Queues" to "SQL Que...". The app is built on its
+first request, so the other Airflow components that load plugins (scheduler, workers) never import the API
+server's modules for it.
 """
 
 from __future__ import annotations
