@@ -11,9 +11,11 @@ from .maintenance import (
     SqlQueueRetryErrorsOperator,
 )
 from .messages import message_from_dict, message_to_dict, outgoing_message
+from .retry import SqlQueueBatchRetryOperator
 from .send import SqlQueueSendOperator
 
 __all__ = [
+    "SqlQueueBatchRetryOperator",
     "SqlQueueCheckSchemaOperator",
     "SqlQueueCreateQueuesOperator",
     "SqlQueueDrainOperator",

@@ -33,7 +33,6 @@ from airflow_sqlqueue.dashboard import failed, queues, sources
 from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
 from airflow_sqlqueue.transport.connect import DatabaseConnectionError
 from airflow_sqlqueue.transport.error_browser import (
-    MAX_PAGE,
     FailedFilter,
     Position,
     PositionsNotFoundError,
@@ -47,6 +46,7 @@ log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
           "icon-dark.svg": "image/svg+xml"}
 MAX_SELECTED = 1000
+MAX_PAGE = 500
 
 
 class Chosen(BaseModel):

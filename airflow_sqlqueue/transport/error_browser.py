@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: Preview sizes: what a page holds of each message, at most.
 HEADERS_PREVIEW_CHARS = 16_384
 BODY_PREVIEW_BYTES = 4_096
-MAX_PAGE = 500
+MAX_PAGE = 10_000
 MAX_GROUPS = 1_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -216,10 +216,13 @@ def count_rows(transport: SqlQueueTransport, queue: str | QueueAddress) -> int:
                              what=f"count {table.name!r}", read_only=True))
 
 
+Redirect = Callable[[QueueAddress], QueueAddress]
+
+
 def _target(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, headers: Any,
-            allowed: Callable[[QueueAddress], bool],
-            known: dict[QueueAddress, bool]) -> tuple[QueueAddress | None, str]:
-    """Where a stored failed message goes back to, or why it cannot."""
+            allowed: Callable[[QueueAddress], bool], known: dict[QueueAddress, bool],
+            redirect: Redirect | None = None) -> tuple[QueueAddress | None, str]:
+    """Where a stored failed message goes back to (its FailedQ, redirected), or why it cannot."""
     if not isinstance(headers, str):
         return None, "its headers are not text"
     try:
@@ -235,10 +238,13 @@ def _target(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, h
         target = transport.address(target_text)
     except (InvalidAddressError, ValueError) as exc:
         return None, f"{h.FAILED_Q} {shown!r} is not a queue address ({clean_text(str(exc))[0]})"
+    if redirect is not None:
+        target = redirect(target)
+        shown = transport.dialect.format_address(target)
     if transport.dialect.same_queue(target, error_queue):
         return None, f"{h.FAILED_Q} {shown!r} is the error queue itself"
     if not allowed(target):
-        return None, f"queue {shown!r} is not one of the queues this dashboard is configured for"
+        return None, f"queue {shown!r} is not one of the queues this retry may write to (those of the configuration)"
     if target not in known:
         known[target] = transport.dialect.table_exists(cur, target)
     if not known[target]:
@@ -246,42 +252,54 @@ def _target(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, h
     return target, ""
 
 
-def retry_positions(transport: SqlQueueTransport, error_queue: str | QueueAddress, positions: Iterable[Position],
-                    allowed: Callable[[QueueAddress], bool]) -> dict[str, int]:
-    """Return the addressed messages to their FailedQ (same Id and body, failure headers removed), all or none.
+def _retry(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, positions: list[Position],
+           allowed: Callable[[QueueAddress], bool], redirect: Redirect | None,
+           strict: bool) -> tuple[dict[str, int], list[Position], list[tuple[Position, str]]]:
+    """Return each addressed message in the caller's transaction; (returned per queue, missing, refused).
 
-    A message whose FailedQ is not ``allowed`` (or is missing, unparseable, the error queue, not a table) is
-    refused with the reason (RetryRefusedError); a message no longer there raises PositionsNotFoundError. Each
-    message is read by one index seek on its position; one transaction.
+    ``strict``: after the first missing or refused message nothing more is copied (the caller rolls back).
     """
     table = transport.book.queue(error_queue)
     dialect = transport.dialect
+    returned: dict[str, int] = {}
+    missing: list[Position] = []
+    refused: list[tuple[Position, str]] = []
+    known: dict[QueueAddress, bool] = {}
+    for position in positions:
+        row = dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id}, **table.ids).fetchone()
+        if row is None:
+            missing.append(position)
+            continue
+        raw_id, _, _, headers, body = row
+        target, reason = _target(transport, cur, table.address, headers, allowed, known, redirect)
+        if target is None:
+            refused.append((position, reason))
+            continue
+        if strict and (missing or refused):
+            continue  # it will all roll back: no need to copy
+        dialect.execute(cur, "insert_raw", {
+            "id": dialect.id_param(raw_id) if isinstance(raw_id, uuid.UUID) else raw_id,
+            "headers": restored_headers(headers), "body": body}, **dialect.identifiers(target))
+        dialect.execute(cur, "delete_position", {"seq": position.seq, "id": position.id}, **table.ids)
+        name = dialect.format_address(target)
+        returned[name] = returned.get(name, 0) + 1
+    return returned, missing, refused
+
+
+def retry_positions(transport: SqlQueueTransport, error_queue: str | QueueAddress, positions: Iterable[Position],
+                    allowed: Callable[[QueueAddress], bool], redirect: Redirect | None = None) -> dict[str, int]:
+    """Return the addressed messages to their FailedQ (same Id and body, failure headers removed), all or none.
+
+    ``redirect`` maps a FailedQ to the queue its messages go to instead (retry redirects). A message whose target
+    is not ``allowed`` (or is missing, unparseable, the error queue, not a table) is refused with the reason
+    (RetryRefusedError); a message no longer there raises PositionsNotFoundError. Each message is read by one
+    index seek on its position; one transaction.
+    """
+    table = transport.book.queue(error_queue)
     wanted = list(dict.fromkeys(positions))
 
     def work(cur: Any) -> dict[str, int]:
-        returned: dict[str, int] = {}
-        missing: list[Position] = []
-        refused: list[tuple[Position, str]] = []
-        known: dict[QueueAddress, bool] = {}
-        for position in wanted:
-            row = dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id},
-                                  **table.ids).fetchone()
-            if row is None:
-                missing.append(position)
-                continue
-            raw_id, _, _, headers, body = row
-            target, reason = _target(transport, cur, table.address, headers, allowed, known)
-            if target is None:
-                refused.append((position, reason))
-                continue
-            if missing or refused:
-                continue  # it will all roll back: no need to copy
-            dialect.execute(cur, "insert_raw", {
-                "id": dialect.id_param(raw_id) if isinstance(raw_id, uuid.UUID) else raw_id,
-                "headers": restored_headers(headers), "body": body}, **dialect.identifiers(target))
-            dialect.execute(cur, "delete_position", {"seq": position.seq, "id": position.id}, **table.ids)
-            name = dialect.format_address(target)
-            returned[name] = returned.get(name, 0) + 1
+        returned, missing, refused = _retry(transport, cur, table.address, wanted, allowed, redirect, strict=True)
         if missing:
             raise PositionsNotFoundError(missing, table.name)
         if refused:
@@ -289,6 +307,23 @@ def retry_positions(transport: SqlQueueTransport, error_queue: str | QueueAddres
         return returned
 
     return transport.run(work, what=f"return messages from {table.name!r}")
+
+
+def retry_batch(transport: SqlQueueTransport, error_queue: str | QueueAddress, positions: Iterable[Position],
+                allowed: Callable[[QueueAddress], bool],
+                redirect: Redirect | None = None) -> tuple[dict[str, int], list[dict[str, str]]]:
+    """Return what can be returned of one batch in one transaction; the rest stays, each with its reason."""
+    table = transport.book.queue(error_queue)
+    wanted = list(dict.fromkeys(positions))
+
+    def work(cur: Any) -> tuple[dict[str, int], list[dict[str, str]]]:
+        returned, missing, refused = _retry(transport, cur, table.address, wanted, allowed, redirect, strict=False)
+        left = [{"id": clean_text(p.id)[0] or "", "seq": str(p.seq), "reason": "no longer in the error queue"}
+                for p in missing]
+        left += [{"id": clean_text(p.id)[0] or "", "seq": str(p.seq), "reason": reason} for p, reason in refused]
+        return returned, left
+
+    return transport.run(work, what=f"return a batch of messages from {table.name!r}")
 
 
 def delete_positions(transport: SqlQueueTransport, queue: str | QueueAddress, positions: Iterable[Position]) -> int:
