@@ -403,3 +403,40 @@ def test_transport_deletes_messages_by_id_all_or_nothing(db: Db) -> None:
     assert [r.id for r in db.transport.browse(db.q("error"))] == ids
     assert db.transport.delete_messages(db.q("error"), [ids[0], str(ids[2])]) == 2
     assert [r.id for r in db.transport.browse(db.q("error"))] == [ids[1]]
+
+
+# -- edit and retry -------------------------------------------------------------------------------------------
+def edit(client: Any, role: str, body: dict[str, Any]) -> Any:
+    return client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/edit-retry", headers=as_user(role), json=body)
+
+
+def test_edit_and_retry_is_off_unless_enabled_and_refuses_protected_headers(
+        client: Any, filled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, made = filled
+    original = made["failed"][0]
+    where = {"seq": original.seq, "id": str(original.id)}
+    off = edit(client, "op", {**where, "body": '{"kind": "fixed"}'})
+    assert off.status_code == 403 and "dashboard_edit_retry" in off.json()["detail"]
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY", "True")
+    assert edit(client, "viewer", {**where, "body": "{}"}).status_code == 403  # still needs edit rights
+    stored = h.parse_headers(original.headers)
+    kept = {k: v for k, v in stored.items() if k not in h.FAILURE_HEADERS}
+    for changed in ({**kept, h.MESSAGE_ID: "mine"}, {**kept, h.FORWARD_DESTINATION: "elsewhere"},
+                    {**kept, h.FAILED_Q: "elsewhere"}):
+        refused = edit(client, "op", {**where, "headers": changed})
+        assert refused.status_code == 400 and "may not be edited" in refused.json()["detail"], refused.text
+    bad_json = edit(client, "op", {**where, "headers": {**kept, h.CONTENT_TYPE: "application/json"}, "body": "{x"})
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["detail"]
+    assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
+
+    done = edit(client, "op", {**where, "headers": {**kept, "Tenant": "acme"}, "body": '{"kind": "fixed", "n": 0}'})
+    assert done.status_code == 200, done.text
+    (copy,) = db.transport.browse(db.q("invoices"))
+    headers = h.parse_headers(copy.headers)
+    assert copy.body == b'{"kind": "fixed", "n": 0}' and headers["Tenant"] == "acme"
+    assert str(copy.id) == done.json()["id"] != str(original.id) and headers[h.MESSAGE_ID] == str(copy.id)
+    assert headers["airflow_sqlqueue.EditOf"] == (stored.get(h.MESSAGE_ID) or str(original.id))
+    assert h.FAILED_Q not in headers
+    assert str(original.id) not in {str(r.id) for r in db.transport.browse(db.q("error"))}
+    entry = last_audit("sqlqueue.edit_retry_failed_message")
+    assert entry.owner == "op" and str(original.id) in entry.extra

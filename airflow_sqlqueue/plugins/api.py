@@ -13,6 +13,8 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
 | ``POST /api/connections/{conn_id}/failed/retry`` ``{"messages": [{"seq", "id"}]}``: return to the source queue
   (only queues of the configuration) | edit |
 | ``POST /api/connections/{conn_id}/failed/delete`` ``{"messages": [{"seq", "id"}]}``: delete | edit |
+| ``POST /api/connections/{conn_id}/failed/edit-retry`` ``{"seq", "id", "headers", "body"}``: send an edited copy
+  (only with ``[sqlqueue] dashboard_edit_retry = True``) | edit |
 
 Only connection ids and queue names leave the server: never a host, login, password or extra.
 """
@@ -37,6 +39,7 @@ from airflow_sqlqueue.transport.error_browser import (
     Position,
     PositionsNotFoundError,
     RetryRefusedError,
+    edit_and_retry,
 )
 from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
 
@@ -54,6 +57,15 @@ class Chosen(BaseModel):
 
     seq: int = Field(ge=1, le=2**63 - 1)
     id: str = Field(min_length=1, max_length=100)
+
+
+class Edit(BaseModel):
+    """An edited copy of one failed message: new headers and/or a new body (text; None keeps the original)."""
+
+    seq: int = Field(ge=1, le=2**63 - 1)
+    id: str = Field(min_length=1, max_length=100)
+    headers: dict[str, str | None] | None = None
+    body: str | None = Field(default=None, max_length=10_000_000)
 
 
 class Selection(BaseModel):
@@ -212,6 +224,29 @@ def create_app() -> FastAPI:
             audit_log.audit(event, user.get_name(), {
                 "conn_id": conn_id, "error_queue": error_queue,
                 "messages": [{"seq": p.seq, "id": p.id} for p in positions], "result": result})
+            return {"conn_id": conn_id, "error_queue": error_queue, **result}
+
+        return _guard(conn_id, work)
+
+    @app.post("/api/connections/{conn_id}/failed/edit-retry")
+    def edit_retry(conn_id: str, edit: Edit, user: EditorDep) -> dict[str, Any]:
+        from airflow.configuration import conf
+
+        if not conf.getboolean("sqlqueue", "dashboard_edit_retry", fallback=False):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "edit and retry is off in this deployment; an "
+                                "administrator turns it on with [sqlqueue] dashboard_edit_retry = True")
+
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                error_queue = transport.name(conn.error_queue)
+                targets = [q for q in queues.resolve_queues(conn, transport) if q != error_queue]
+                result = edit_and_retry(transport, error_queue, Position(edit.seq, edit.id),
+                                        failed.allowed_targets(transport, targets), headers=edit.headers,
+                                        body=None if edit.body is None else edit.body.encode("utf-8"))
+            audit_log.audit("sqlqueue.edit_retry_failed_message", user.get_name(), {
+                "conn_id": conn_id, "error_queue": error_queue, "message": {"seq": edit.seq, "id": edit.id},
+                "headers_edited": edit.headers is not None, "body_edited": edit.body is not None, "result": result})
             return {"conn_id": conn_id, "error_queue": error_queue, **result}
 
         return _guard(conn_id, work)

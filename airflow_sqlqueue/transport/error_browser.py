@@ -13,6 +13,7 @@ replaced), so it can be sent as JSON.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterable
@@ -340,3 +341,59 @@ def delete_positions(transport: SqlQueueTransport, queue: str | QueueAddress, po
         return len(wanted)
 
     return transport.run(work, what=f"delete messages from {table.name!r}")
+
+
+#: Links an edited retry to the message it was edited from (its ``NServiceBus.MessageId``, else its native Id).
+EDIT_OF = "airflow_sqlqueue.EditOf"
+#: Headers an edit may not add, change or remove: identity, routing and the failure record.
+PROTECTED_HEADERS = frozenset({
+    h.MESSAGE_ID, h.CORRELATION_ID, h.CONVERSATION_ID, h.REPLY_TO_ADDRESS, h.ORIGINATING_ENDPOINT, h.TIME_SENT,
+    h.MESSAGE_INTENT, h.FORWARD_DESTINATION, h.RAW_HEADERS, EDIT_OF, *h.FAILURE_HEADERS})
+
+
+class EditRefusedError(ValueError):
+    """An edit that may not be sent (a protected header touched, a body that is not JSON); nothing was changed."""
+
+
+def edit_and_retry(transport: SqlQueueTransport, error_queue: str | QueueAddress, position: Position,
+                   allowed: Callable[[QueueAddress], bool], *, headers: dict[str, str | None] | None = None,
+                   body: bytes | None = None, protected: frozenset[str] = PROTECTED_HEADERS) -> dict[str, Any]:
+    """Send an edited copy of a failed message to its FailedQ and delete the original, in one transaction.
+
+    ``headers`` replace the message's headers (failure headers aside; None keeps them), ``body`` its body (None
+    keeps it; a JSON content type needs valid JSON). The copy gets a new native Id and MessageId and the header
+    ``airflow_sqlqueue.EditOf`` naming the original. Any change to a ``protected`` header is refused.
+    """
+    table = transport.book.queue(error_queue)
+    dialect = transport.dialect
+
+    def work(cur: Any) -> dict[str, Any]:
+        row = dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id}, **table.ids).fetchone()
+        if row is None:
+            raise PositionsNotFoundError([position], table.name)
+        raw_id, _, _, stored, stored_body = row
+        target, reason = _target(transport, cur, table.address, stored, allowed, {})
+        if target is None:
+            raise RetryRefusedError([(position, reason)])
+        original = parse_headers(stored)
+        kept = {k: v for k, v in original.items() if k not in h.FAILURE_HEADERS}
+        edited = dict(kept) if headers is None else dict(headers)
+        touched = sorted(k for k in set(kept) | set(edited) if k in protected and kept.get(k) != edited.get(k))
+        if touched:
+            raise EditRefusedError(f"these headers may not be edited: {', '.join(touched)}; nothing was changed")
+        new_body = stored_body if body is None else body
+        if body is not None and "json" in str(edited.get(h.CONTENT_TYPE) or "").lower():
+            try:
+                json.loads(body)
+            except ValueError as exc:
+                raise EditRefusedError(f"the body is not valid JSON ({exc}); nothing was changed") from None
+        new_id = uuid.uuid4()
+        edited[EDIT_OF] = original.get(h.MESSAGE_ID) or str(raw_id)
+        edited[h.MESSAGE_ID] = str(new_id)
+        dialect.execute(cur, "insert_raw", {"id": dialect.id_param(new_id),
+                                            "headers": h.serialize_headers(edited), "body": new_body},
+                        **dialect.identifiers(target))
+        dialect.execute(cur, "delete_position", {"seq": position.seq, "id": position.id}, **table.ids)
+        return {"queue": dialect.format_address(target), "id": str(new_id), "edit_of": edited[EDIT_OF]}
+
+    return transport.run(work, what=f"edit and return a message from {table.name!r}")
