@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_sqlqueue import metrics
 from airflow_sqlqueue.transport.batch_retry import BatchPlan, BatchRecord, retry_in_batches
 from airflow_sqlqueue.transport.error_browser import FailedFilter
 
@@ -94,6 +95,8 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
 
             def on_batch(record: BatchRecord) -> None:
                 done[0] += record.total_returned
+                for queue, count in record.returned.items():
+                    metrics.incr("retried", self.sqlqueue_conn_id, queue, count)
                 self.log.info("batch %d: %d of %d returned (%s), %d left; %d returned so far", record.batch,
                               record.total_returned, record.looked_at, record.returned, len(record.left), done[0])
                 audit_log.info(json.dumps({"run": run, "error_queue": transport.name(self.error_queue),
