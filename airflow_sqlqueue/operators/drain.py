@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.configuration import conf
 
-from airflow_sqlqueue import metrics
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import ReceivedMessage, SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.validation import check_count, check_seconds
@@ -190,6 +190,12 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
             if self.output_path is None:
                 return self._drain_to_list(transport, spool, context)
             return self._drain_to_parquet(transport, spool, context)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue table in; the Parquet location out when draining to Parquet."""
+        hook = self.get_hook()
+        outputs = [lineage.path_dataset(self.output_path)] if self.output_path is not None else []
+        return lineage.operator_lineage([lineage.queue_dataset(hook, self.queue_name)], outputs)
 
     # -- list for .expand() ------------------------------------------------------------------------------
     def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[dict[str, Any]]:
