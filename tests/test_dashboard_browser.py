@@ -132,7 +132,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
                                env=env, stdout=log, stderr=log, start_new_session=True, cwd=home)
     try:
         wait_for("the API server to be healthy", lambda: process.poll() is None and urllib.request.urlopen(
-            f"{base}/api/v2/monitor/health", timeout=2).status == 200, timeout=60)
+            f"{base}/api/v2/monitor/health", timeout=2).status == 200, timeout=180)  # a loaded 2-core machine
         yield base
     except AssertionError:
         log.flush()
