@@ -142,6 +142,11 @@ def queues_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {q["queue"]: q for q in conn["queues"]}
 
 
+def chosen(rows: Any) -> dict[str, Any]:
+    """The request body selecting these error-queue rows (by position and Id, as the page sends it)."""
+    return {"messages": [{"seq": r.seq, "id": str(r.id)} for r in rows]}
+
+
 def post(client: Any, path: str, role: str, body: Any) -> Any:
     return client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/{path}", headers=as_user(role), json=body)
 
@@ -156,9 +161,10 @@ def test_overview_lists_every_queue_with_depth_age_net_flow_and_breaches(client:
     assert orders["depth"] == 3 and 7000 < orders["oldest_age_seconds"] < 7400
     assert orders["breaches"] == ["depth 3 > 2", f"oldest message {orders['oldest_age_seconds']:.0f}s old > 3600s"]
     assert orders["thresholds"] == {"max_depth": 2, "max_age_seconds": 3600}
-    assert orders["net_flow_per_minute"] == -0.1  # 4 -> 3 in 10 minutes
+    assert orders["net_flow_per_minute"] == 0.0  # latest sample 3, 10 minutes ago; 3 now
     assert billing["depth"] == 1 and billing["breaches"] == [] and billing["net_flow_per_minute"] is None
-    assert queues[name(db.q("error"))]["is_error_queue"] and queues[name(db.q("error"))]["depth"] == 3
+    error = queues[name(db.q("error"))]
+    assert error["is_error_queue"] and error["depth"] == 3 and error["depth_exact"]
     assert queues[name(db.q("invoices"))]["depth"] == 0
 
 
@@ -183,22 +189,31 @@ def test_history_gives_the_recorded_depths_oldest_first(client: Any, filled: Any
 def test_failed_messages_are_grouped_by_source_queue_and_exception_with_headers_and_body(
         client: Any, filled: Any) -> None:
     db, made = filled
-    response = client.get(f"{PREFIX}/api/connections/{CONN_ID}/failed", headers=as_user("viewer"))
+    base = f"{PREFIX}/api/connections/{CONN_ID}/failed"
+    response = client.get(f"{base}/groups", params={"by": "all"}, headers=as_user("viewer"))
     assert response.status_code == 200, response.text
     data = response.json()
-    assert data["total"] == 3 and data["error_queue"] == db.transport.name(db.q("error"))
+    assert data["total"] == data["grouped"] == 3 and data["error_queue"] == db.transport.name(db.q("error"))
     assert data["can_edit"] is False  # a viewer
     invoices = db.transport.wire_address(db.q("invoices"))  # FailedQ is canonical, as .NET endpoints write it
-    assert [(g["failed_q"], g["exception_type"], g["count"]) for g in data["groups"]] == [
-        (invoices, "TimeoutError", 2), (invoices, f"{__name__}.Boom", 1)]
-    timeouts = next(g for g in data["groups"] if g["exception_type"].endswith("TimeoutError"))
-    assert timeouts["count"] == 2 and len(timeouts["messages"]) == 2
-    message = timeouts["messages"][0]
+    assert [(g["failed_q"], g["exception_type"], g["message_type"], g["count"]) for g in data["groups"]] == [
+        (invoices, "TimeoutError", "Billing.Invoice", 2), (invoices, f"{__name__}.Boom", "Billing.Invoice", 1)]
+    by_type = client.get(f"{base}/groups", params={"by": "message_type"}, headers=as_user("viewer")).json()
+    assert [(g["message_type"], g["count"]) for g in by_type["groups"]] == [("Billing.Invoice", 3)]
+    page = client.get(base, params={"exception_type": "TimeoutError"}, headers=as_user("viewer")).json()
+    assert len(page["messages"]) == 2 and page["next_after"] is None
+    message = page["messages"][0]
     assert message["headers"][h.ENCLOSED_MESSAGE_TYPES] == "Billing.Invoice"
-    assert message["headers"][h.EXCEPTION_MESSAGE] == "the ledger did not answer"
-    assert json.loads(message["body_preview"])["kind"] == "timeout"
-    assert {m["id"] for g in data["groups"] for m in g["messages"]} == {str(r.id) for r in made["failed"]}
-
+    assert message["exception_message"] == "the ledger did not answer" and message["bad"] == []
+    assert "\\n" not in message["stack_trace"] and message["stack_trace"].count("\n") >= 1  # real line breaks
+    assert json.loads(message["body_preview"])["kind"] == "timeout" and not message["body_binary"]
+    everything = client.get(base, headers=as_user("viewer")).json()["messages"]
+    assert [(m["seq"], m["id"]) for m in everything] == [(r.seq, str(r.id)) for r in made["failed"]]
+    first = client.get(base, params={"limit": 2}, headers=as_user("viewer")).json()
+    second = client.get(base, params={"limit": 2, "after": first["next_after"]}, headers=as_user("viewer")).json()
+    assert [m["id"] for m in first["messages"] + second["messages"]] == [str(r.id) for r in made["failed"]]
+    found = client.get(base, params={"search": "bad invoice"}, headers=as_user("viewer")).json()["messages"]
+    assert [m["exception_type"] for m in found] == [f"{__name__}.Boom"]
 
 
 def test_a_configured_queue_without_a_table_is_shown_as_missing(client: Any, filled: Any,
@@ -218,29 +233,32 @@ def test_a_configured_queue_without_a_table_is_shown_as_missing(client: Any, fil
 def test_retry_returns_the_selected_message_to_its_queue_and_is_audited(client: Any, filled: Any) -> None:
     db, made = filled
     chosen = made["failed"][0]
-    response = post(client, "retry", "op", {"ids": [str(chosen.id)]})
+    response = post(client, "retry", "op", {"messages": [{"seq": chosen.seq, "id": str(chosen.id)}]})
     assert response.status_code == 200, response.text
     assert response.json()["total_returned"] == 1
+    assert response.json()["returned"] == {db.transport.name(db.q("invoices")): 1}
     back = db.transport.browse(db.q("invoices"))
     assert [(r.id, r.body) for r in back] == [(chosen.id, chosen.body)]
     assert h.FAILED_Q not in h.parse_headers(back[0].headers)
     assert str(chosen.id) not in {str(r.id) for r in db.transport.browse(db.q("error"))}
     assert len(db.transport.browse(db.q("error"))) == 2
     entry = last_audit("sqlqueue.retry_failed_messages")
+    again = post(client, "retry", "op", {"messages": [{"seq": chosen.seq, "id": str(chosen.id)}]})
+    assert again.status_code == 404 and "already retried or deleted" in again.json()["detail"]
     assert entry.owner == "op" and str(chosen.id) in entry.extra and CONN_ID in entry.extra
 
 
 def test_delete_removes_exactly_the_selected_messages_and_is_audited(client: Any, filled: Any) -> None:
     db, made = filled
-    chosen = [str(r.id) for r in made["failed"][:2]]
-    response = post(client, "delete", "admin", {"ids": chosen})
+    picked = [str(r.id) for r in made["failed"][:2]]
+    response = post(client, "delete", "admin", chosen(made["failed"][:2]))
     assert response.status_code == 200, response.text
     assert response.json()["deleted"] == 2
     left = db.transport.browse(db.q("error"))
     assert [str(r.id) for r in left] == [str(made["failed"][2].id)]
     assert db.transport.peek(db.q("invoices")) == 0
     entry = last_audit("sqlqueue.delete_failed_messages")
-    assert entry.owner == "admin" and all(i in entry.extra for i in chosen)
+    assert entry.owner == "admin" and all(i in entry.extra for i in picked)
 
 
 def last_audit(event: str) -> Any:
@@ -256,17 +274,20 @@ def last_audit(event: str) -> Any:
 
 
 # -- bad input changes nothing --------------------------------------------------------------------------------
-@pytest.mark.parametrize("body, status", [
-    ({"ids": []}, 422), ({"ids": ["not-a-uuid"]}, 422), ({}, 422),
-    ({"ids": ["00000000-0000-0000-0000-000000000001"]}, 404)])
-def test_bad_selections_are_refused_and_change_nothing(client: Any, filled: Any, body: Any, status: int) -> None:
+@pytest.mark.parametrize("extra, status", [
+    (None, 422), ({"seq": "x", "id": "a"}, 422), ({"seq": 0, "id": "a"}, 422), ({"id": "a"}, 422),
+    ({"seq": 1, "id": ""}, 422), ({"seq": 999999, "id": "00000000-0000-0000-0000-000000000001"}, 404),
+    ({"seq": 1, "id": "00000000-0000-0000-0000-000000000001"}, 404)])
+def test_bad_selections_are_refused_and_change_nothing(client: Any, filled: Any, extra: Any, status: int) -> None:
     db, made = filled
+    real = {"seq": made["failed"][0].seq, "id": str(made["failed"][0].id)}
     for action in ("retry", "delete"):
-        real_and_bad = {"ids": [str(made["failed"][0].id), *body["ids"]]} if body.get("ids") else body
-        response = post(client, action, "op", real_and_bad)
+        body = {"messages": []} if extra is None else {"messages": [real, extra]}
+        response = post(client, action, "op", body)
         assert response.status_code == status, response.text
         if status == 404:
             assert "00000000-0000-0000-0000-000000000001" in response.json()["detail"]
+    assert post(client, "retry", "op", {"ids": [real["id"]]}).status_code == 422  # the old shape: refused
     assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
 
 
@@ -282,20 +303,16 @@ def test_unknown_connection_and_queue_get_clear_errors(client: Any, filled: Any)
                           headers=viewer)
     assert response.status_code in (400, 404), response.text
     response = client.post(f"{PREFIX}/api/connections/nope/failed/retry", headers=as_user("op"),
-                           json={"ids": [str(_ids_of(db)[0])]})
+                           json=chosen(db.transport.browse(db.q("error"))[:1]))
     assert response.status_code == 404
     assert len(db.transport.browse(db.q("error"))) == 3
-
-
-def _ids_of(db: Db) -> list[Any]:
-    return [r.id for r in db.transport.browse(db.q("error"))]
 
 
 # -- security -------------------------------------------------------------------------------------------------
 def test_nothing_is_reachable_without_login(client: Any, filled: Any) -> None:
     db, _ = filled
-    ids = [str(i) for i in _ids_of(db)]
-    for path in ("/api/overview", f"/api/connections/{CONN_ID}/failed",
+    ids = chosen(db.transport.browse(db.q("error")))
+    for path in ("/api/overview", f"/api/connections/{CONN_ID}/failed", f"/api/connections/{CONN_ID}/failed/groups",
                  f"/api/connections/{CONN_ID}/history?queue=orders"):
         assert client.get(PREFIX + path).status_code == 401, path
         bad = client.get(PREFIX + path, headers={"Authorization": "Bearer not.a.token"})
@@ -304,19 +321,19 @@ def test_nothing_is_reachable_without_login(client: Any, filled: Any) -> None:
         page = client.get(PREFIX + path, follow_redirects=False)
         assert page.status_code == 303 and "login" in page.headers["location"], path
     for action in ("retry", "delete"):
-        assert client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/{action}", json={"ids": ids}).status_code == 401
+        assert client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/{action}", json=ids).status_code == 401
     assert len(db.transport.browse(db.q("error"))) == 3
 
 
 @pytest.mark.parametrize("role", ["viewer", "user"])
 def test_readers_may_look_but_not_retry_or_delete(client: Any, filled: Any, role: str) -> None:
     db, _ = filled
-    ids = [str(i) for i in _ids_of(db)]
+    ids = chosen(db.transport.browse(db.q("error")))
     assert overview(client, role)["connections"][0]["can_edit"] is False
     page = client.get(f"{PREFIX}/", headers=as_user(role))
     assert page.status_code == 200 and "SQL Queues" in page.text
     for action in ("retry", "delete"):
-        response = post(client, action, role, {"ids": ids})
+        response = post(client, action, role, ids)
         assert response.status_code == 403 and "edit access" in response.json()["detail"]
     assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
     assert overview(client, "op")["connections"][0]["can_edit"] is True
@@ -328,8 +345,9 @@ def test_the_session_cookie_of_the_airflow_ui_is_accepted_and_form_posts_are_ref
     client.cookies.set("_token", token("op"))
     try:
         assert client.get(f"{PREFIX}/api/overview").status_code == 200
-        ids = [str(_ids_of(db)[0])]
-        form = client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/delete", data={"ids": ids[0]})
+        row = db.transport.browse(db.q("error"))[0]
+        form = client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/delete",
+                           data={"seq": row.seq, "id": str(row.id)})
         assert form.status_code in (415, 422), form.text
         assert len(db.transport.browse(db.q("error"))) == 3
     finally:
@@ -356,7 +374,7 @@ def test_no_connection_field_reaches_the_browser(client: Any, airflow_db: None, 
 
 def post_secret(client: Any) -> Any:
     return client.post(f"{PREFIX}/api/connections/sqlqueue_dash_secret/failed/delete", headers=as_user("admin"),
-                       json={"ids": ["00000000-0000-0000-0000-000000000001"]})
+                       json={"messages": [{"seq": 1, "id": "00000000-0000-0000-0000-000000000001"}]})
 
 
 def test_the_plugin_adds_a_nav_view_and_mounts_its_app(client: Any) -> None:
@@ -365,7 +383,10 @@ def test_the_plugin_adds_a_nav_view_and_mounts_its_app(client: Any) -> None:
     (plugin,) = [p for p in response.json()["plugins"] if p["name"] == "sqlqueue_dashboard"]
     assert plugin["fastapi_apps"][0]["url_prefix"] == PREFIX
     (view,) = plugin["external_views"]
-    assert view["href"] == f"{PREFIX}/" and view["url_route"] == "sql-queues" and view["destination"] == "nav"
+    assert view["href"] == "sqlqueue/" and view["url_route"] == "sql-queues" and view["destination"] == "nav"
+    assert view["name"] == "Queues"  # short enough for the nav (it cut "SQL Queues" to "SQL Que...")
+    icon = client.get(f"{PREFIX}/assets/icon.svg", headers=as_user("viewer"))
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     script = client.get(f"{PREFIX}/assets/dashboard.js", headers=as_user("viewer"))
     assert script.status_code == 200 and "loadOverview" in script.text
 
@@ -382,3 +403,40 @@ def test_transport_deletes_messages_by_id_all_or_nothing(db: Db) -> None:
     assert [r.id for r in db.transport.browse(db.q("error"))] == ids
     assert db.transport.delete_messages(db.q("error"), [ids[0], str(ids[2])]) == 2
     assert [r.id for r in db.transport.browse(db.q("error"))] == [ids[1]]
+
+
+# -- edit and retry -------------------------------------------------------------------------------------------
+def edit(client: Any, role: str, body: dict[str, Any]) -> Any:
+    return client.post(f"{PREFIX}/api/connections/{CONN_ID}/failed/edit-retry", headers=as_user(role), json=body)
+
+
+def test_edit_and_retry_is_off_unless_enabled_and_refuses_protected_headers(
+        client: Any, filled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, made = filled
+    original = made["failed"][0]
+    where = {"seq": original.seq, "id": str(original.id)}
+    off = edit(client, "op", {**where, "body": '{"kind": "fixed"}'})
+    assert off.status_code == 403 and "dashboard_edit_retry" in off.json()["detail"]
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY", "True")
+    assert edit(client, "viewer", {**where, "body": "{}"}).status_code == 403  # still needs edit rights
+    stored = h.parse_headers(original.headers)
+    kept = {k: v for k, v in stored.items() if k not in h.FAILURE_HEADERS}
+    for changed in ({**kept, h.MESSAGE_ID: "mine"}, {**kept, h.FORWARD_DESTINATION: "elsewhere"},
+                    {**kept, h.FAILED_Q: "elsewhere"}):
+        refused = edit(client, "op", {**where, "headers": changed})
+        assert refused.status_code == 400 and "may not be edited" in refused.json()["detail"], refused.text
+    bad_json = edit(client, "op", {**where, "headers": {**kept, h.CONTENT_TYPE: "application/json"}, "body": "{x"})
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["detail"]
+    assert len(db.transport.browse(db.q("error"))) == 3 and db.transport.peek(db.q("invoices")) == 0
+
+    done = edit(client, "op", {**where, "headers": {**kept, "Tenant": "acme"}, "body": '{"kind": "fixed", "n": 0}'})
+    assert done.status_code == 200, done.text
+    (copy,) = db.transport.browse(db.q("invoices"))
+    headers = h.parse_headers(copy.headers)
+    assert copy.body == b'{"kind": "fixed", "n": 0}' and headers["Tenant"] == "acme"
+    assert str(copy.id) == done.json()["id"] != str(original.id) and headers[h.MESSAGE_ID] == str(copy.id)
+    assert headers["airflow_sqlqueue.EditOf"] == (stored.get(h.MESSAGE_ID) or str(original.id))
+    assert h.FAILED_Q not in headers
+    assert str(original.id) not in {str(r.id) for r in db.transport.browse(db.q("error"))}
+    entry = last_audit("sqlqueue.edit_retry_failed_message")
+    assert entry.owner == "op" and str(original.id) in entry.extra

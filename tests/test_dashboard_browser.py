@@ -1,10 +1,12 @@
-"""The "SQL Queues" page in a real browser: the Airflow API server on a temp ``AIRFLOW_HOME``, headless Chromium
-driven through the Chrome DevTools Protocol (the ``websockets`` package Airflow's uvicorn already installs).
+"""The "SQL Queues" page in a real browser: the Airflow API server on a temp ``AIRFLOW_HOME``, served under a
+base URL with a path prefix (``/airflow``), and headless Chromium driven through the Chrome DevTools Protocol (the
+``websockets`` package Airflow's uvicorn already installs).
 
-The test logs in (Simple auth manager, a real JWT in the ``_token`` cookie as after the login form), opens the
-Airflow UI at ``/plugin/sql-queues`` (the page in the UI's iframe), reads queue names and depths from the DOM,
-selects one failed message, clicks "Return selected to their queue" and waits until it leaves the error queue.
-Set ``SQLQUEUE_DASHBOARD_SCREENSHOT=docs/dashboard.png`` to also save a screenshot.
+The tests log in (Simple auth manager, a real JWT in the ``_token`` cookie as after the login form), open the
+Airflow UI at ``/airflow/plugin/sql-queues`` (the page in the UI's iframe) in the light and the dark theme, and
+check each view and action as a user sees it: where a panel opens, which theme and contrast, one time format,
+stack traces on several lines, a disabled button that looks disabled, the keyboard, the nav label; then return
+and delete failed messages. Set ``SQLQUEUE_DASHBOARD_SCREENSHOTS=docs`` to save the screenshots there.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,6 +40,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 BIN = Path(sys.executable).parent
 PASSWORD = "dashboard-browser-test"
+BASE_PATH = "/airflow"  # the API server behind a path prefix, as behind a reverse proxy
+SHOTS = os.environ.get("SQLQUEUE_DASHBOARD_SCREENSHOTS")
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                                 "(scripts/install-system-packages.sh installs it: apt-get install chromium)")
@@ -91,6 +96,10 @@ def queues_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
             record_samples(transport, [{"conn_id": "sqlqueue_default", "queue": "orders", "depth": depth,
                                         "oldest_age_seconds": 30.0}], "sqlqueue_health_samples",
                            now=now - timedelta(minutes=minutes))
+        for minutes, depth in ((20, 0), (10, 1)):  # the error queue grew since: 1 then, 3 now
+            record_samples(transport, [{"conn_id": "sqlqueue_default", "queue": "error", "depth": depth,
+                                        "oldest_age_seconds": 30.0}], "sqlqueue_health_samples",
+                           now=now - timedelta(minutes=minutes))
         yield path, made
     finally:
         transport.close()
@@ -101,7 +110,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
     """``airflow api-server`` on a free port and a fresh ``AIRFLOW_HOME``; its base URL."""
     home = tmp_path_factory.mktemp("airflow-home")
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://127.0.0.1:{port}{BASE_PATH}"
     (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
     (home / "sqlqueue.json").write_text(json.dumps({
         "connections": {"sqlqueue_default": {"thresholds": {"max_depth": 2}}}}))
@@ -123,7 +132,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
                                env=env, stdout=log, stderr=log, start_new_session=True, cwd=home)
     try:
         wait_for("the API server to be healthy", lambda: process.poll() is None and urllib.request.urlopen(
-            f"{base}/api/v2/monitor/health", timeout=2).status == 200, timeout=60)
+            f"{base}/api/v2/monitor/health", timeout=2).status == 200, timeout=180)  # a loaded 2-core machine
         yield base
     except AssertionError:
         log.flush()
@@ -200,52 +209,158 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
 
 
 # The dashboard's document inside the Airflow UI's iframe (same origin, so the top page can read it).
-FRAME = "(document.querySelector('iframe[title=\"SQL Queues\"]')?.contentDocument)"
+FRAME = "(document.querySelector('iframe[title=\"Queues\"]')?.contentDocument)"
 READ_QUEUES = f"""(() => {{
   const doc = {FRAME};
   if (!doc) return null;
   return [...doc.querySelectorAll('tr[data-queue]')].map(r => ({{
-    queue: r.dataset.queue, depth: r.querySelector('td.depth').textContent, breach: r.classList.contains('breach')}}));
+    queue: r.dataset.queue, depth: r.querySelector('td.depth').textContent, breach: r.classList.contains('breach'),
+    flow: r.querySelector('td.flow').textContent}}));
 }})()"""
+#: WCAG contrast ratio of an element's text on the background it sits on, computed in the page.
+CONTRAST = """((node) => {
+  const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+  const lin = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const lum = (c) => { const [r, g, b] = rgb(c).map(lin); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  let back = node, bg = 'rgba(0, 0, 0, 0)';
+  while (back && (bg = getComputedStyle(back).backgroundColor) && /rgba\\(.*, 0\\)$/.test(bg)) {
+    back = back.parentElement;
+  }
+  const [a, b] = [lum(getComputedStyle(node).color), lum(bg)].sort((x, y) => y - x);
+  return (a + 0.05) / (b + 0.05);
+})"""
+TIME = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$"
 
 
-def test_the_page_shows_queues_and_returns_a_failed_message(server: str, browser: Browser,
-                                                            queues_file: tuple[Path, dict[str, Any]]) -> None:
-    path, made = queues_file
+def open_page(browser: Browser, server: str, theme: str) -> dict[str, tuple[str, bool, str]]:
+    """Log in, open the page in the Airflow UI in ``theme``; the queue table as shown."""
     browser.send("Network.enable")
     browser.send("Network.setCookie", name="_token", value=login(server), url=server, path="/")
-    browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False)
+    browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False)
+    browser.send("Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": theme}])
     browser.send("Page.navigate", url=f"{server}/plugin/sql-queues")
 
-    def queues_shown() -> dict[str, tuple[str, bool]] | None:
+    def queues_shown() -> dict[str, tuple[str, bool, str]] | None:
         rows = browser.js(READ_QUEUES)
-        return {r["queue"]: (r["depth"], r["breach"]) for r in rows} if rows else None
+        return {r["queue"]: (r["depth"], r["breach"], r["flow"]) for r in rows} if rows else None
 
-    shown = wait_for("the queue table in the SQL Queues page", queues_shown, timeout=45)
-    assert shown == {"orders": ("3", True), "billing": ("1", False), "invoices": ("0", False), "error": ("3", True)}
+    return wait_for("the queue table in the SQL Queues page", queues_shown, timeout=60)
 
-    browser.js(f"{FRAME}.querySelector('section.connection > button').click()")
-    wait_for("the failed messages", lambda: browser.js(f"{FRAME}.querySelectorAll('div.message').length") == 3,
-             timeout=20)
-    groups = browser.js(f"[...{FRAME}.querySelectorAll('details.group')].map(g => g.dataset.exceptionType)")
+
+def frame(expression: str) -> str:
+    return f"(() => {{ const doc = {FRAME}; return {expression}; }})()"
+
+
+def shoot(browser: Browser, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS, name).write_bytes(base64.b64decode(browser.send("Page.captureScreenshot")["data"]))
+
+
+def press(browser: Browser, key: str, code: str, key_code: int, text: str = "") -> None:
+    """A key pressed and released, as the keyboard sends it to the focused element."""
+    browser.send("Input.dispatchKeyEvent", type="keyDown", key=key, code=code, windowsVirtualKeyCode=key_code,
+                 text=text)
+    browser.send("Input.dispatchKeyEvent", type="keyUp", key=key, code=code, windowsVirtualKeyCode=key_code)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_overview_and_depth_history_in_the_airflow_theme(server: str, browser: Browser, theme: str) -> None:
+    shown = open_page(browser, server, theme)
+    assert {q: v[:2] for q, v in shown.items()} == {
+        "orders": ("3", True), "billing": ("1", False), "invoices": ("0", False), "error": ("3", True)}
+    assert shown["error"][2].startswith("+0.") and float(shown["error"][2]) > 0  # 1 ten minutes ago, 3 now: growing
+    assert browser.js("document.documentElement.classList.contains('dark')") is (theme == "dark")
+    assert browser.js(frame("doc.documentElement.dataset.theme")) == theme  # follows the Airflow UI
+    for selector in ("body", ".note", ".grid th", "tr.breach td", "#status", "button.browse-errors"):
+        ratio = browser.js(frame(f"{CONTRAST}(doc.querySelector('{selector}'))"))
+        assert ratio >= 4.5, (theme, selector, ratio)
+    nav = browser.js("""[...document.querySelectorAll('a, button')].filter(e => e.textContent.trim() === 'Queues')
+        .map(e => [...e.querySelectorAll('*')].concat([e]).every(n => n.scrollWidth <= n.clientWidth + 1))""")
+    assert nav and all(nav), nav  # the nav label is shown whole
+    assert re.match(r"^configuration: .*; updated \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$",
+                    browser.js(frame("doc.getElementById('status').textContent")))
+
+    browser.js(frame("doc.querySelector('tr[data-queue=\"orders\"] td.queue button').click()"))
+    wait_for("the plot", lambda: browser.js(frame("!!doc.querySelector('#plot polyline')")), timeout=20)
+    top, height, focused = browser.js(frame(
+        "[doc.getElementById('panel').getBoundingClientRect().top, doc.defaultView.innerHeight, doc.activeElement.id]"))
+    assert 0 <= top < height / 2 and focused == "panel-title"  # opened where the user looks, focus moved to it
+    labels = browser.js(frame("[...doc.querySelectorAll('#plot svg > text')].slice(2).map(t => t.textContent)"))
+    assert labels and all(re.match(TIME, t) for t in labels), labels
+    shoot(browser, f"dashboard-history-{theme}.png")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_error_browser_groups_pages_and_keyboard(server: str, browser: Browser, theme: str) -> None:
+    open_page(browser, server, theme)
+    browser.js(frame("doc.querySelector('button.browse-errors').focus()"))
+    press(browser, "Enter", "Enter", 13, "\r")  # the keyboard opens the error browser
+    wait_for("the failed messages", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 3,
+             timeout=30)
+    wait_for("the groups", lambda: browser.js(frame("doc.querySelectorAll('button.group').length")) == 2, timeout=20)
+    assert browser.js(frame("doc.activeElement.id")) == "panel-title"
+    caption = browser.js(frame("doc.getElementById('messages-caption').textContent"))
+    depth = browser.js(frame("doc.querySelector('tr[data-queue=\"error\"] td.depth').textContent"))
+    counts = browser.js(frame("[...doc.querySelectorAll('button.group .count')].map(c => Number(c.textContent))"))
+    assert caption.startswith(f"{depth} failed messages") and sum(counts) == int(depth) == 3  # one count everywhere
+    groups = browser.js(frame("[...doc.querySelectorAll('button.group')].map(g => g.dataset.key)"))
     assert sorted(groups) == sorted(["TimeoutError", "tests.test_dashboard_api.Boom"])
-    chosen = str(made["failed"][0].id)
-    browser.js(f"{FRAME}.querySelector('div.message[data-id=\"{chosen}\"] input[type=checkbox]').click()")
-    shot = os.environ.get("SQLQUEUE_DASHBOARD_SCREENSHOT")
-    if shot:  # the picture in docs/: an orders plot and the error-queue browser with a message selected
-        browser.js(f"{FRAME}.querySelector('tr[data-queue=\"orders\"] td.queue button').click()")
-        wait_for("the plot", lambda: browser.js(f"!!{FRAME}.querySelector('#plot polyline')"), timeout=20)
-        Path(shot).write_bytes(base64.b64decode(browser.send("Page.captureScreenshot")["data"]))
-    assert browser.js(f"{FRAME}.getElementById('retry').disabled") is False
-    browser.js(f"{FRAME}.getElementById('retry').click()")
+    times = browser.js(frame("[...doc.querySelectorAll('tr.message td:nth-child(3)')].map(t => t.textContent)"))
+    assert all(re.match(TIME, t) for t in times), times
 
-    wait_for("the message to leave the error queue in the page", lambda: browser.js(
-        f"{FRAME}.querySelectorAll('div.message').length === 2 && "
-        f"!{FRAME}.querySelector('div.message[data-id=\"{chosen}\"]')"), timeout=20)
-    after = wait_for("the new depths in the queue table",
-                     lambda: (s := queues_shown()) and s["error"][0] == "2" and s, timeout=20)
-    assert after["invoices"] == ("1", False) and after["error"] == ("2", False)
-    assert "returned 1" in browser.js(f"{FRAME}.getElementById('action-result').textContent")
+    delete = "doc.getElementById('delete')"
+    off = browser.js(frame(f"[{delete}.disabled, getComputedStyle({delete}).backgroundColor, "
+                           f"getComputedStyle({delete}).cursor]"))
+    browser.js(frame("doc.querySelector('tr.message input[type=checkbox]').click()"))
+    on = browser.js(frame(f"[{delete}.disabled, getComputedStyle({delete}).backgroundColor, "
+                          f"getComputedStyle({delete}).cursor]"))
+    assert off[0] is True and off[2] == "not-allowed" and on[0] is False and on[1] != off[1]  # looks disabled
+
+    browser.js(frame("doc.querySelector('tr.message details').open = true"))
+    stack = browser.js(frame("[doc.querySelector('tr.message pre.stack').innerText, "
+                             "doc.querySelector('tr.message pre.stack').getBoundingClientRect().height]"))
+    assert stack[0].count("\n") >= 2 and "\\n" not in stack[0] and stack[1] > 40  # on several lines
+    shoot(browser, f"dashboard-errors-{theme}.png")
+
+    # a group narrows the list; the search too; Escape closes the panel and gives the focus back
+    browser.js(frame("[...doc.querySelectorAll('button.group')].find(g => g.dataset.key === 'TimeoutError').click()"))
+    wait_for("the TimeoutError group", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 2,
+             timeout=20)
+    browser.js(frame("doc.getElementById('search').value = 'bad invoice'"))
+    browser.js(frame("doc.getElementById('filters').requestSubmit()"))
+    wait_for("the search", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 0, timeout=20)
+    browser.js(frame("doc.getElementById('clear-filters').click()"))
+    wait_for("every message again", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 3,
+             timeout=20)
+    browser.js(frame("doc.getElementById('panel-title').focus()"))
+    press(browser, "Escape", "Escape", 27)
+    wait_for("the panel to close", lambda: browser.js(frame("doc.getElementById('panel').hidden")), timeout=10)
+
+
+def test_return_and_delete_selected_messages(server: str, browser: Browser,
+                                             queues_file: tuple[Path, dict[str, Any]]) -> None:
+    path, made = queues_file
+    open_page(browser, server, "light")
+    browser.js(frame("doc.querySelector('button.browse-errors').click()"))
+    wait_for("the failed messages", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 3,
+             timeout=30)
+    returned, deleted = str(made["failed"][0].id), str(made["failed"][1].id)
+    browser.js(frame(f"doc.querySelector('tr.message[data-id=\"{returned}\"] input[type=checkbox]').click()"))
+    browser.js(frame("doc.getElementById('retry').click()"))
+    wait_for("the message to leave the error queue in the page", lambda: browser.js(frame(
+        f"doc.querySelectorAll('tr.message').length === 2 && "
+        f"!doc.querySelector('tr.message[data-id=\"{returned}\"]')")),
+        timeout=30)
+    assert "returned 1: 1 to invoices" in browser.js(frame("doc.getElementById('action-result').textContent"))
+    browser.js(frame("doc.defaultView.confirm = () => true"))  # the "cannot be undone" question, answered yes
+    browser.js(frame(f"doc.querySelector('tr.message[data-id=\"{deleted}\"] input[type=checkbox]').click()"))
+    browser.js(frame("doc.getElementById('delete').click()"))
+    wait_for("the deleted message to go", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == 1,
+             timeout=30)
+    assert browser.js(frame("doc.getElementById('action-result').textContent")) == "deleted 1"
+    after = wait_for("the new depths", lambda: (rows := browser.js(READ_QUEUES)) and
+                     {r["queue"]: r["depth"] for r in rows}.get("error") == "1" and rows, timeout=30)
+    assert {r["queue"]: r["depth"] for r in after}["invoices"] == "1"
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
-        assert [str(r.id) for r in transport.browse("invoices")] == [chosen]
-        assert chosen not in {str(r.id) for r in transport.browse("error")}
+        assert [str(r.id) for r in transport.browse("invoices")] == [returned]
+        assert [str(r.id) for r in transport.browse("error")] == [str(made["failed"][2].id)]

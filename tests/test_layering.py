@@ -30,6 +30,8 @@ LAYERS = {
     # operations
     "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "wakeups": 10, "migration": 9, "pubsub": 10,
     "archive": 10,
+    "error_browser": 10.5,  # uses error_queue's restored_headers
+    "batch_retry": 10.6,
     # the façade, and the package's public names
     "transport": 11, "__init__": 12,
 }

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from airflow_sqlqueue.maintenance.health import SamplesTable, _statements
 from airflow_sqlqueue.transport.address import QueueAddress
+from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
 from airflow_sqlqueue.transport.sqlfile import Statement, numbered
 
@@ -310,8 +311,9 @@ def test_operations_send_every_statement_as_written_for_an_odd_queue_name(level:
                           dialect.format_address(samples), retention_days=1)
     health.recent_samples(transport, dialect.format_address(samples), "c", name, datetime.datetime(2026, 1, 1))
     dashboard_failed.failed_groups(transport, transport.name(error))
+    dashboard_failed.failed_messages(transport, transport.name(error), after_seq=0, limit=10, where=FailedFilter())
     with pytest.raises(LookupError):
-        dashboard_failed.delete_messages(transport, transport.name(error), [uuid.UUID(int=1)])
+        dashboard_failed.delete_messages(transport, transport.name(error), [Position(1, str(uuid.UUID(int=1)))])
     expected = {(a.table, "dbo") for a in (queue, dialect.delayed_address(queue), samples, error)}
     seen: set[tuple[str, str]] = set()
     for sql, params in calls:

@@ -1,87 +1,70 @@
-"""The error-queue browser: failed messages grouped by ``NServiceBus.FailedQ`` and exception type; retry, delete.
+"""The error-queue browser: groups, pages of previews, and retry or delete of messages addressed by position.
 
-Grouping is the core's :class:`FailureGroups` (as in the error-queue DAG and ``sqlqueue retry-errors --list``),
-selection for a retry the shared :func:`failure_selector`, the retry itself :meth:`SqlQueueTransport.retry_errors`
-(same Id and body back in the source queue, failure headers removed), the delete
-:meth:`SqlQueueTransport.delete_messages`.
+Everything heavy happens in the database (:mod:`airflow_sqlqueue.transport.error_browser`): a page holds only
+previews cut in SQL, pages are keyed by position, and an action reads each message by one index seek. A retry
+writes only to the queues of the dashboard's configuration for that connection; any other FailedQ is refused
+with the reason, and nothing is changed.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.dialects import RawRow
-from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
+from airflow_sqlqueue.transport.address import QueueAddress
+from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
 
-BODY_PREVIEW_BYTES = 2048
-
-
-class MessagesNotFoundError(LookupError):
-    """Some of the selected messages are not in the error queue (nothing was changed)."""
-
-    def __init__(self, missing: list[str], error_queue: str) -> None:
-        super().__init__(f"{len(missing)} selected messages are not in {error_queue!r} (already retried or "
-                         f"deleted?); nothing was changed: {', '.join(missing[:20])}")
-        self.missing = missing
+#: What the groups can be counted by: one header field each, or the three together.
+GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_type",),
+            "failed_q": ("failed_q",), "all": ("failed_q", "exception_type", "message_type")}
 
 
-def message_view(row: RawRow) -> dict[str, Any]:
-    """One failed message for the browser: its headers (raw text when they are not JSON) and a body preview."""
-    failure = failure_of(row.headers)
-    parsed = failure.headers
-    body = row.body or b""
-    view = {"id": str(row.id), "seq": row.seq, "failed_q": failure.failed_q, "exception_type": failure.exception_type,
-            "exception_message": parsed.get(h.EXCEPTION_MESSAGE), "time_of_failure": parsed.get(h.TIME_OF_FAILURE),
-            "message_id": parsed.get(h.MESSAGE_ID), "headers": parsed if parsed else {"(raw)": row.headers},
-            "body_size": len(body), "body_preview": body[:BODY_PREVIEW_BYTES].decode("utf-8", errors="replace"),
-            "body_truncated": len(body) > BODY_PREVIEW_BYTES}
-    return h.printable(view)  # header values may hold lone surrogates: JSON responses must encode as UTF-8
+def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type") -> dict[str, Any]:
+    """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact."""
+    if by not in GROUP_BY:
+        raise ValueError(f"group by one of {sorted(GROUP_BY)}, not {by!r}")
+    keys = GROUP_BY[by]
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for group in transport.failed_groups(error_queue):
+        key = tuple(group[k] for k in keys)
+        into = merged.setdefault(key, {**{k: group[k] for k in keys}, "count": 0, "first_failure": None,
+                                       "last_failure": None})
+        into["count"] += group["count"]
+        for name, pick in (("first_failure", min), ("last_failure", max)):
+            values = [v for v in (into[name], group[name]) if v]
+            into[name] = pick(values) if values else None
+    groups = sorted(merged.values(), key=lambda g: (-g["count"], *[str(g[k] or "") for k in keys]))
+    return {"error_queue": transport.name(error_queue), "by": by, "total": transport.count(error_queue),
+            "grouped": sum(g["count"] for g in groups), "groups": groups}
 
 
-def failed_groups(transport: SqlQueueTransport, error_queue: str, limit: int = 200) -> dict[str, Any]:
-    """Groups over the whole error queue (counts, first and last failure) with up to ``limit`` messages listed."""
-    groups = FailureGroups()
-    listed = 0
-    for row in failed_rows(transport, error_queue):
-        group = groups.add(failure_of(row.headers))
-        messages = group.setdefault("messages", [])
-        if listed < limit:
-            messages.append(message_view(row))
-            listed += 1
-    return {"error_queue": transport.name(error_queue), "total": groups.total, "listed": listed,
-            "groups": groups.ordered()}
+def failed_messages(transport: SqlQueueTransport, error_queue: str, *, after_seq: int, limit: int,
+                    where: FailedFilter) -> dict[str, Any]:
+    """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page."""
+    page = transport.failed_page(error_queue, after_seq=after_seq, limit=limit, where=where)
+    return {"error_queue": transport.name(error_queue), "after": after_seq, "limit": limit,
+            "messages": [m.as_dict() for m in page],
+            "next_after": page[-1].seq if len(page) == limit else None}
 
 
-def require_present(transport: SqlQueueTransport, error_queue: str, ids: Iterable[uuid.UUID]) -> None:
-    """Raise MessagesNotFoundError unless every Id is in the error queue."""
-    missing = {str(i) for i in ids}
-    for row in failed_rows(transport, error_queue):
-        missing.discard(str(row.id))
-        if not missing:
-            return
-    if missing:
-        raise MessagesNotFoundError(sorted(missing), transport.name(error_queue))
+def allowed_targets(transport: SqlQueueTransport, queue_names: Iterable[str]) -> Callable[[QueueAddress], bool]:
+    """Whether an address is one of ``queue_names`` (the queues the dashboard shows for the connection)."""
+    addresses = [transport.address(n) for n in queue_names]
+    return lambda target: any(transport.dialect.same_queue(target, a) for a in addresses)
 
 
-def retry_messages(transport: SqlQueueTransport, error_queue: str, ids: list[uuid.UUID]) -> dict[str, Any]:
-    """Return the selected messages to their FailedQ; ``{"returned": {queue: n}, "left": [...], ...}``."""
-    if not ids:  # no Id would select every message
+def retry_messages(transport: SqlQueueTransport, error_queue: str, positions: list[Position],
+                   queue_names: Iterable[str]) -> dict[str, Any]:
+    """Return the selected messages to their FailedQ, all or none; ``{"returned": {queue: n}, "total_returned"}``."""
+    if not positions:
         raise ValueError("select at least one message")
-    require_present(transport, error_queue, ids)
-    select = failure_selector(transport, message_ids=[str(i) for i in ids])
-    return transport.retry_errors(error_queue=error_queue, select=select).as_dict()
+    returned = transport.retry_positions(error_queue, positions, allowed_targets(transport, queue_names))
+    return {"returned": returned, "total_returned": sum(returned.values())}
 
 
-def delete_messages(transport: SqlQueueTransport, error_queue: str, ids: list[uuid.UUID]) -> dict[str, Any]:
+def delete_messages(transport: SqlQueueTransport, error_queue: str, positions: list[Position]) -> dict[str, Any]:
     """Delete the selected messages (all or none); ``{"deleted": n}``."""
-    if not ids:
+    if not positions:
         raise ValueError("select at least one message")
-    require_present(transport, error_queue, ids)
-    try:
-        return {"deleted": transport.delete_messages(error_queue, ids)}
-    except LookupError as exc:  # went away between the check and the delete: the transaction rolled back
-        raise MessagesNotFoundError([str(i) for i in ids], transport.name(error_queue)) from exc
+    return {"deleted": transport.delete_positions(error_queue, positions)}

@@ -4,8 +4,11 @@ Depth and age come from :func:`airflow_sqlqueue.maintenance.health.sample` (the 
 queue-health DAG uses); history from the samples that DAG records (:func:`recent_samples`).
 
 Throughput: the samples hold depths only, so what is shown is the **net flow**, the change of depth per minute
-between the two latest samples: positive while a queue grows, negative while it drains. It is not the number of
-messages sent or received: when sends and receives overlap, they cancel out in the depth.
+from the latest recorded sample to the depth measured now (between the two latest samples when the latest is
+less than a minute old): positive while a queue grows, negative while it drains. It is not the number of messages
+sent or received: when sends and receives overlap, they cancel out in the depth.
+
+The error queue's depth is its exact row count (retries from the middle leave gaps the cheap estimate counts).
 """
 
 from __future__ import annotations
@@ -21,11 +24,19 @@ from airflow_sqlqueue.transport.errors import QueueNotFoundError
 DEFAULT_HISTORY_HOURS = 24
 
 
-def net_flow_per_minute(samples: list[dict[str, Any]]) -> float | None:
-    """Change of depth per minute between the two latest samples (None with fewer than two)."""
-    if len(samples) < 2:
+def net_flow_per_minute(samples: list[dict[str, Any]], now: dict[str, Any] | None = None) -> float | None:
+    """Change of depth per minute, positive while the queue grows: from the latest sample to ``now`` (a live
+    ``{"sampled_at", "depth"}``) when that sample is at least a minute old, else between the two latest samples.
+
+    The latest sample alone can be hours old (the health DAG paused): comparing two old samples then reports
+    an old trend, with the wrong sign for a queue that is growing now.
+    """
+    points = sorted(samples, key=lambda s: s["sampled_at"])
+    if now is not None and points and (now["sampled_at"] - points[-1]["sampled_at"]).total_seconds() >= 60:
+        points = [points[-1], now]
+    if len(points) < 2:
         return None
-    before, last = samples[-2], samples[-1]
+    before, last = points[-2], points[-1]
     minutes = (last["sampled_at"] - before["sampled_at"]).total_seconds() / 60
     if minutes <= 0:
         return None
@@ -49,17 +60,27 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
     rows = []
     for queue in resolve_queues(conn, transport):
         thresholds = thresholds_for(config, conn, queue, transport)
+        is_error_queue = queue == error_queue
         try:
             measured = sample(transport, queue)
+            if is_error_queue:
+                measured["depth"] = transport.count(queue)
         except QueueNotFoundError:
             rows.append({"queue": queue, "exists": False, "depth": None, "oldest_age_seconds": None,
                          "thresholds": thresholds, "breaches": ["queue table does not exist"],
-                         "net_flow_per_minute": None, "is_error_queue": queue == error_queue})
+                         "net_flow_per_minute": None, "is_error_queue": is_error_queue, "depth_exact": False})
+            continue
+        except Exception as exc:  # noqa: BLE001 - one queue that cannot be measured must not hide the others
+            rows.append({"queue": queue, "exists": True, "depth": None, "oldest_age_seconds": None,
+                         "thresholds": thresholds, "breaches": [f"could not be measured ({type(exc).__name__})"],
+                         "net_flow_per_minute": None, "is_error_queue": is_error_queue, "depth_exact": False})
             continue
         history = queue_history(config, conn.conn_id, queue, samples_transport)
+        live = {"sampled_at": datetime.now(timezone.utc), "depth": measured["depth"]}
         rows.append({**measured, "exists": True, "thresholds": thresholds,
-                     "breaches": breaches(measured, thresholds), "net_flow_per_minute": net_flow_per_minute(history),
-                     "is_error_queue": queue == error_queue})
+                     "breaches": breaches(measured, thresholds),
+                     "net_flow_per_minute": net_flow_per_minute(history, live),
+                     "is_error_queue": is_error_queue, "depth_exact": is_error_queue})
     return rows
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
+from airflow_sqlqueue import metrics
 from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import SqlQueueTransport
@@ -75,7 +76,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 # -- targets -------------------------------------------------------------------------------------------
 def find_targets(params: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """``[{"conn_id", "queue", "max_depth", "max_age_seconds"}]`` for every configured or discovered queue."""
+    """``[{"conn_id", "queue", "max_depth", "max_age_seconds", "error_queue"}]`` for every configured or
+    discovered queue."""
     config = configuration(params)
     targets: list[dict[str, Any]] = []
     for conn in config.connections:
@@ -85,8 +87,9 @@ def find_targets(params: dict[str, Any] | None) -> list[dict[str, Any]]:
                 limits = [thresholds_for(config, conn, queue, transport, params) for queue in queues]
             except InvalidAddressError as exc:
                 raise BadConfigurationError(f"{config.source}: connection {conn.conn_id!r}: queues: {exc}") from None
+            error_queue = transport.name(conn.error_queue)
             targets += [{"conn_id": conn.conn_id, "queue": queue, "max_depth": limit.get("max_depth"),
-                         "max_age_seconds": limit.get("max_age_seconds")}
+                         "max_age_seconds": limit.get("max_age_seconds"), "error_queue": error_queue}
                         for queue, limit in zip(queues, limits, strict=True)]
     log.info("configuration from %s: %d queues on %s", config.source, len(targets),
              ", ".join(c.conn_id for c in config.connections))
@@ -186,6 +189,13 @@ def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
     """Depth and oldest age of one queue, with its thresholds and what crossed them."""
     with transport_for(target["conn_id"]) as transport:
         measured = health.sample(transport, target["queue"])
+        error_queue = target.get("error_queue")
+        if error_queue and transport.name(error_queue) == measured["queue"]:
+            metrics.gauge("error_queue_size", target["conn_id"], measured["queue"], transport.count(error_queue))
+    metrics.gauge("queue_depth", target["conn_id"], measured["queue"], measured["depth"])
+    if measured["oldest_age_seconds"] is not None:
+        metrics.gauge("oldest_message_age_seconds", target["conn_id"], measured["queue"],
+                      measured["oldest_age_seconds"])
     limits = {k: target.get(k) for k in ("max_depth", "max_age_seconds")}
     result = {"conn_id": target["conn_id"], **measured, **limits, "breaches": health.breaches(measured, limits)}
     log.info("%s on %s: depth %d, oldest %s s%s", result["queue"], result["conn_id"], result["depth"],

@@ -12,9 +12,11 @@ from .maintenance import (
 )
 from .messages import message_from_dict, message_to_dict, outgoing_message
 from .publish import SqlQueuePublishOperator
+from .retry import SqlQueueBatchRetryOperator
 from .send import SqlQueueSendOperator
 
 __all__ = [
+    "SqlQueueBatchRetryOperator",
     "SqlQueueCheckSchemaOperator",
     "SqlQueueCreateQueuesOperator",
     "SqlQueueDrainOperator",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.configuration import conf
 
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import ReceivedMessage, SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.validation import check_count, check_seconds
@@ -181,11 +182,20 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
                     immediate_retries=self.immediate_retries)
                 result = summary.as_dict()
                 self.log.info("drained %s: %s", self.queue_name, result)
+                queue = transport.name(self.queue_name)
+                metrics.incr("processed", self.sqlqueue_conn_id, queue, int(result.get("succeeded") or 0))
+                metrics.incr("failed", self.sqlqueue_conn_id, queue, int(result.get("failed") or 0))
                 return result
             spool = _Spool(context.get("task_state_store"), self.log)
             if self.output_path is None:
                 return self._drain_to_list(transport, spool, context)
             return self._drain_to_parquet(transport, spool, context)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue table in; the Parquet location out when draining to Parquet."""
+        hook = self.get_hook()
+        outputs = [lineage.path_dataset(self.output_path)] if self.output_path is not None else []
+        return lineage.operator_lineage([lineage.queue_dataset(hook, self.queue_name)], outputs)
 
     # -- list for .expand() ------------------------------------------------------------------------------
     def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[dict[str, Any]]:
@@ -228,6 +238,7 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
         summary = transport.drain(self.queue_name, sink, max_messages=budget, max_duration=self.max_duration,
                                   batch_size=self.batch_size, concurrency=self.max_concurrency)
         self.log.info("drain of %s: %s", self.queue_name, summary.as_dict())
+        metrics.incr("drained", self.sqlqueue_conn_id, transport.name(self.queue_name), summary.delivered)
         ti = context.get("ti")
         if ti is not None:  # always there in a task run; absent when execute() is called directly
             ti.xcom_push(key=DRAIN_SUMMARY_KEY, value=summary.as_dict())

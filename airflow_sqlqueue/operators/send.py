@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 
 from .base import SqlQueueBaseOperator, rendered_list
@@ -59,5 +60,10 @@ class SqlQueueSendOperator(SqlQueueBaseOperator):
                     for i in items]  # all validated before anything is sent
         with self.open_transport() as transport:
             ids = transport.send_many(self.queue_name, outgoing)
+            metrics.incr("sent", self.sqlqueue_conn_id, transport.name(self.queue_name), len(outgoing))
         self.log.info("sent %d messages to %s (%d delayed)", len(outgoing), self.queue_name, len(outgoing) - len(ids))
         return [str(i) for i in ids]
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue table out."""
+        return lineage.operator_lineage([], [lineage.queue_dataset(self.get_hook(), self.queue_name)])

@@ -7,9 +7,14 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
 | ``GET /`` (the page), ``GET /assets/{name}`` | read |
 | ``GET /api/overview``: every connection with its queues, depth, age, net flow, thresholds, breaches | read |
 | ``GET /api/connections/{conn_id}/history?queue=&hours=``: depth samples of one queue | read |
-| ``GET /api/connections/{conn_id}/failed?limit=``: the error queue grouped by FailedQ and exception type | read |
-| ``POST /api/connections/{conn_id}/failed/retry`` ``{"ids": [...]}``: return to the source queue | edit |
-| ``POST /api/connections/{conn_id}/failed/delete`` ``{"ids": [...]}``: delete | edit |
+| ``GET /api/connections/{conn_id}/failed/groups?by=``: counts by exception type, message type or FailedQ | read |
+| ``GET /api/connections/{conn_id}/failed?after=&limit=&failed_q=&exception_type=&message_type=&search=``: one
+  page of previews (cut in SQL) after a position | read |
+| ``POST /api/connections/{conn_id}/failed/retry`` ``{"messages": [{"seq", "id"}]}``: return to the source queue
+  (only queues of the configuration) | edit |
+| ``POST /api/connections/{conn_id}/failed/delete`` ``{"messages": [{"seq", "id"}]}``: delete | edit |
+| ``POST /api/connections/{conn_id}/failed/edit-retry`` ``{"seq", "id", "headers", "body"}``: send an edited copy
+  (only with ``[sqlqueue] dashboard_edit_retry = True``) | edit |
 
 Only connection ids and queue names leave the server: never a host, login, password or extra.
 """
@@ -17,7 +22,6 @@ Only connection ids and queue names leave the server: never a host, login, passw
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from importlib import resources
 from typing import Annotated, Any
@@ -30,19 +34,47 @@ from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import failed, queues, sources
 from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
 from airflow_sqlqueue.transport.connect import DatabaseConnectionError
+from airflow_sqlqueue.transport.error_browser import (
+    FailedFilter,
+    Position,
+    PositionsNotFoundError,
+    RetryRefusedError,
+    edit_and_retry,
+)
 from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
 
 from .auth import EditorDep, ReaderDep, can_edit
 
 log = logging.getLogger(__name__)
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
+          "icon-dark.svg": "image/svg+xml"}
 MAX_SELECTED = 1000
+MAX_PAGE = 500
+
+
+class Chosen(BaseModel):
+    """One failed message by position and native Id, as a page lists it."""
+
+    seq: int = Field(ge=1, le=2**63 - 1)
+    id: str = Field(min_length=1, max_length=100)
+
+
+class Edit(BaseModel):
+    """An edited copy of one failed message: new headers and/or a new body (text; None keeps the original)."""
+
+    seq: int = Field(ge=1, le=2**63 - 1)
+    id: str = Field(min_length=1, max_length=100)
+    headers: dict[str, str | None] | None = None
+    body: str | None = Field(default=None, max_length=10_000_000)
 
 
 class Selection(BaseModel):
-    """Failed messages chosen in the browser, by native Id."""
+    """Failed messages chosen in the browser."""
 
-    ids: list[uuid.UUID] = Field(min_length=1, max_length=MAX_SELECTED)
+    messages: list[Chosen] = Field(min_length=1, max_length=MAX_SELECTED)
+
+    def positions(self) -> list[Position]:
+        return [Position(m.seq, m.id) for m in self.messages]
 
 
 def _static(name: str) -> str:
@@ -69,8 +101,10 @@ def _guard(conn_id: str, work: Callable[[], Any]) -> Any:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     except AirflowNotFoundException:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"connection {conn_id!r} is not defined in Airflow") from None
-    except failed.MessagesNotFoundError as exc:
+    except PositionsNotFoundError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except RetryRefusedError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     except MaintenanceConfigError as exc:
         raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"SQL queue configuration: {exc}") from None
     except (InvalidAddressError, ValueError) as exc:
@@ -148,36 +182,81 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.get("/api/connections/{conn_id}/failed")
-    def failed_messages(conn_id: str, user: ReaderDep,
-                        limit: Annotated[int, Query(ge=1, le=MAX_SELECTED)] = 200) -> dict[str, Any]:
+    @app.get("/api/connections/{conn_id}/failed/groups")
+    def failed_groups(conn_id: str, user: ReaderDep, by: str = "exception_type") -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
-                        **failed.failed_groups(transport, conn.error_queue, limit)}
+                        **failed.failed_groups(transport, conn.error_queue, by)}
 
         return _guard(conn_id, work)
 
-    def _act(event: str, conn_id: str, user: Any, selection: Selection,
-             action: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    @app.get("/api/connections/{conn_id}/failed")
+    def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0)] = 0,
+                        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+                        failed_q: Annotated[str | None, Query(max_length=500)] = None,
+                        exception_type: Annotated[str | None, Query(max_length=500)] = None,
+                        message_type: Annotated[str | None, Query(max_length=500)] = None,
+                        search: Annotated[str | None, Query(max_length=200)] = None) -> dict[str, Any]:
+        where = FailedFilter(failed_q, exception_type, message_type, search)
+
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
+                        **failed.failed_messages(transport, conn.error_queue, after_seq=after, limit=limit,
+                                                 where=where)}
+
+        return _guard(conn_id, work)
+
+    def _act(event: str, conn_id: str, user: Any, selection: Selection, retry: bool) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            positions = selection.positions()
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                error_queue = transport.name(conn.error_queue)
+                if retry:
+                    targets = [q for q in queues.resolve_queues(conn, transport) if q != error_queue]
+                    result = failed.retry_messages(transport, error_queue, positions, targets)
+                else:
+                    result = failed.delete_messages(transport, error_queue, positions)
+            audit_log.audit(event, user.get_name(), {
+                "conn_id": conn_id, "error_queue": error_queue,
+                "messages": [{"seq": p.seq, "id": p.id} for p in positions], "result": result})
+            return {"conn_id": conn_id, "error_queue": error_queue, **result}
+
+        return _guard(conn_id, work)
+
+    @app.post("/api/connections/{conn_id}/failed/edit-retry")
+    def edit_retry(conn_id: str, edit: Edit, user: EditorDep) -> dict[str, Any]:
+        from airflow.configuration import conf
+
+        if not conf.getboolean("sqlqueue", "dashboard_edit_retry", fallback=False):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "edit and retry is off in this deployment; an "
+                                "administrator turns it on with [sqlqueue] dashboard_edit_retry = True")
+
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 error_queue = transport.name(conn.error_queue)
-                result = action(transport, error_queue, selection.ids)
-            audit_log.audit(event, user.get_name(), {"conn_id": conn_id, "error_queue": error_queue,
-                                                     "ids": [str(i) for i in selection.ids], "result": result})
+                targets = [q for q in queues.resolve_queues(conn, transport) if q != error_queue]
+                result = edit_and_retry(transport, error_queue, Position(edit.seq, edit.id),
+                                        failed.allowed_targets(transport, targets), headers=edit.headers,
+                                        body=None if edit.body is None else edit.body.encode("utf-8"))
+            audit_log.audit("sqlqueue.edit_retry_failed_message", user.get_name(), {
+                "conn_id": conn_id, "error_queue": error_queue, "message": {"seq": edit.seq, "id": edit.id},
+                "headers_edited": edit.headers is not None, "body_edited": edit.body is not None, "result": result})
             return {"conn_id": conn_id, "error_queue": error_queue, **result}
 
         return _guard(conn_id, work)
 
     @app.post("/api/connections/{conn_id}/failed/retry")
     def retry(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
-        return _act("sqlqueue.retry_failed_messages", conn_id, user, selection, failed.retry_messages)
+        return _act("sqlqueue.retry_failed_messages", conn_id, user, selection, retry=True)
 
     @app.post("/api/connections/{conn_id}/failed/delete")
     def delete(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
-        return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, failed.delete_messages)
+        return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, retry=False)
 
     return app

@@ -1,9 +1,12 @@
 """The "SQL Queues" Airflow plugin: a page in the Airflow UI's navigation, backed by a FastAPI app.
 
 Registered by the ``airflow.plugins`` entry point, so installing the provider is enough. The FastAPI app is
-mounted by the API server under ``/sqlqueue``; the UI shows ``/sqlqueue/`` in an iframe at ``/plugin/sql-queues``
-(Airflow 3 ``external_views``). The app is built on its first request, so the other Airflow components that load
-plugins (scheduler, workers) never import the API server's modules for it.
+mounted by the API server under ``/sqlqueue``; the UI shows it in an iframe at ``/plugin/sql-queues`` (Airflow 3
+``external_views``). The view's ``href`` and icons are relative, so the browser resolves them against the UI's
+base URL: the page works when the API server is served under a path prefix (``[api] base_url`` with a path).
+The nav label is short ("Queues"): Airflow's narrow nav cut "SQL Queues" to "SQL Que...". The app is built on its
+first request, so the other Airflow components that load plugins (scheduler, workers) never import the API
+server's modules for it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/sqlqueue"
+NAV_LABEL = "Queues"
 
 
 class LazyApp:
@@ -34,5 +38,6 @@ class SqlQueueDashboardPlugin(AirflowPlugin):
 
     name = "sqlqueue_dashboard"
     fastapi_apps = [{"app": LazyApp(), "url_prefix": URL_PREFIX, "name": "SQL Queues"}]
-    external_views = [{"name": "SQL Queues", "href": f"{URL_PREFIX}/", "destination": "nav",
-                       "url_route": "sql-queues"}]
+    external_views = [{"name": NAV_LABEL, "href": f"{URL_PREFIX[1:]}/", "destination": "nav",
+                       "url_route": "sql-queues", "icon": f"{URL_PREFIX[1:]}/assets/icon.svg",
+                       "icon_dark_mode": f"{URL_PREFIX[1:]}/assets/icon-dark.svg"}]

@@ -21,9 +21,18 @@ from .claim import Claim
 from .connect import connection_factory, default_catalog_of, paramstyle_of
 from .dialects import Dialect, Finding, RawRow, get_dialect
 from .drain import DrainSummary, Sink, drain
+from .error_browser import (
+    FailedFilter,
+    FailedPreview,
+    Position,
+    count_rows,
+    delete_positions,
+    failed_groups,
+    failed_page,
+    retry_positions,
+)
 from .error_queue import RetrySummary, retry_errors
 from .failures import FailureInfoStorage
-from .headers import PoisonHeadersError, parse_headers
 from .maintenance import check, purge_expired
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
@@ -328,14 +337,17 @@ class SqlQueueTransport:
                             what=f"peek {table.name!r}", read_only=True))
 
     def oldest_age(self, queue: str | QueueAddress) -> float | None:
-        """Seconds since the oldest message was sent (from its TimeSent header), or None."""
+        """Seconds since the oldest message was sent (from its TimeSent header, read in SQL), or None."""
         table = self.book.queue(queue)
-        text = self.run(lambda cur: self.dialect.scalar(cur, "head_headers", None, **table.ids),
-                        what=f"age of {table.name!r}", read_only=True)
+        value = self.run(lambda cur: self.dialect.scalar(cur, "head_time_sent", None, **table.ids),
+                         what=f"age of {table.name!r}", read_only=True)
         try:
-            sent = parse_headers(text).get(h.TIME_SENT) if isinstance(text, str) else None
-            return None if not sent else (datetime.now(timezone.utc) - h.parse_wire_time(sent)).total_seconds()
-        except (PoisonHeadersError, ValueError, RecursionError):
+            sent = self.dialect.header_field(value)
+            if isinstance(sent, bytes):
+                sent = sent.decode("utf-8")
+            return None if not isinstance(sent, str) or not sent else (
+                datetime.now(timezone.utc) - h.parse_wire_time(sent)).total_seconds()
+        except (ValueError, UnicodeDecodeError):
             return None
 
     def browse(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 100) -> list[RawRow]:
@@ -366,6 +378,28 @@ class SqlQueueTransport:
             return deleted
 
         return self.run(work, what=f"delete messages from {table.name!r}")
+
+    def count(self, queue: str | QueueAddress) -> int:
+        """Exact number of rows (scans the queue's index: meant for error queues, not for hot queues)."""
+        return count_rows(self, queue)
+
+    def failed_page(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 50,
+                    where: FailedFilter | None = None) -> list[FailedPreview]:
+        """A page of an error queue after a position: previews cut in SQL, never whole rows (the browser's list)."""
+        return failed_page(self, queue, after_seq=after_seq, limit=limit, where=where)
+
+    def failed_groups(self, queue: str | QueueAddress) -> list[dict[str, Any]]:
+        """Failed messages counted by FailedQ, exception type and message type, largest group first."""
+        return failed_groups(self, queue)
+
+    def retry_positions(self, error_queue: str | QueueAddress, positions: Iterable[Position],
+                        allowed: Callable[[QueueAddress], bool]) -> dict[str, int]:
+        """Return messages addressed by position and Id to their FailedQ when ``allowed``; all or none."""
+        return retry_positions(self, error_queue, positions, allowed)
+
+    def delete_positions(self, queue: str | QueueAddress, positions: Iterable[Position]) -> int:
+        """Delete messages addressed by position and Id; all or none."""
+        return delete_positions(self, queue, positions)
 
     def discover(self) -> list[str]:
         """Every queue table in the database (by its column shape), as canonical addresses."""

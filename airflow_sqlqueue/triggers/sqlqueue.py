@@ -19,6 +19,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamProducer
 
+from airflow_sqlqueue import metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
 from airflow_sqlqueue.transport.redaction import describe
@@ -126,6 +127,7 @@ class SqlQueueTrigger(BaseTrigger):
                 if depth >= self.min_messages:
                     self.log.info("queue %s holds %d messages (waiting for %d)", self.queue, depth,
                                   self.min_messages)
+                    metrics.incr("trigger_events", self.conn_id, self.queue)
                     yield TriggerEvent({"status": "success", "queue": self.queue, "depth": depth})
                     return
                 self.log.debug("queue %s holds %d of %d messages", self.queue, depth, self.min_messages)

@@ -1,17 +1,44 @@
 // The "SQL Queues" page: plain DOM, no framework, no CDN. Calls the dashboard API beside it with the Airflow
-// session cookie (same origin). Text from the server is always set with textContent, never parsed as HTML.
+// session cookie (same origin). Text from the server (queue names, headers, bodies: untrusted input from other
+// systems) is always set with textContent, never parsed as HTML.
 "use strict";
 
+// The API sits beside the page, wherever the API server is mounted (a base URL with a path prefix included).
 const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
-const state = { errorsConn: null, selected: new Set() };
+const PAGE_SIZE = 50;
+const state = { conn: null, canEdit: false, selected: new Map(), groupBy: "exception_type", filter: {},
+  search: "", cursors: [0], page: 0, next: null };
+
+// -- theme: follow the Airflow UI around the iframe, else ?theme=, else the system setting -----------------------
+function parentRoot() {
+  try { return window.parent !== window ? window.parent.document.documentElement : null; } catch (e) { return null; }
+}
+
+function applyTheme() {
+  const asked = new URLSearchParams(location.search).get("theme");
+  let theme = asked === "dark" || asked === "light" ? asked : null;
+  const root = parentRoot();
+  if (!theme && root) {
+    if (root.classList.contains("dark") || root.dataset.theme === "dark") theme = "dark";
+    else if (root.classList.contains("light") || root.dataset.theme === "light") theme = "light";
+  }
+  if (!theme) theme = window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  document.documentElement.dataset.theme = theme;
+}
+applyTheme();
+if (parentRoot()) {
+  new MutationObserver(applyTheme).observe(parentRoot(), { attributes: true, attributeFilter: ["class", "data-theme"] });
+}
+window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
     if (key === "class") node.className = value;
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value);
+    else node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children) {
     if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
@@ -37,6 +64,22 @@ function setStatus(text, isError = false) {
   status.className = isError ? "error" : "";
 }
 
+// -- one time format on the whole page: "YYYY-MM-DD HH:MM:SS UTC" ------------------------------------------------
+function parseTime(value) {
+  if (value === null || value === undefined || value === "") return null;
+  if (value instanceof Date) return value;
+  // NServiceBus wire format: "2024-01-02 03:04:05:678901 Z"
+  const wire = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}):(\d+) Z$/.exec(String(value).trim());
+  const parsed = wire ? Date.parse(`${wire[1]}T${wire[2]}.${wire[3].slice(0, 3)}Z`) : Date.parse(value);
+  return Number.isNaN(parsed) ? null : new Date(parsed);
+}
+
+function formatTime(value) {
+  const date = parseTime(value);
+  if (!date) return value ? String(value) : "-";
+  return date.toISOString().slice(0, 19).replace("T", " ") + " UTC";
+}
+
 function formatAge(seconds) {
   if (seconds === null || seconds === undefined) return "-";
   if (seconds < 120) return `${seconds.toFixed(0)} s`;
@@ -53,28 +96,48 @@ function formatFlow(flow) {
 function formatThresholds(t) {
   const parts = [];
   if (t.max_depth !== undefined && t.max_depth !== null) parts.push(`depth ≤ ${t.max_depth}`);
-  if (t.max_age_seconds !== undefined && t.max_age_seconds !== null) parts.push(`age ≤ ${t.max_age_seconds}s`);
+  if (t.max_age_seconds !== undefined && t.max_age_seconds !== null) parts.push(`age ≤ ${t.max_age_seconds} s`);
   return parts.join(", ") || "-";
 }
 
+// -- the panel above the queues: opening it scrolls it into view and moves the focus to its title ---------------
+function openPanel(kind, title) {
+  const panel = document.getElementById("panel");
+  panel.hidden = false;
+  document.getElementById("detail").hidden = kind !== "detail";
+  document.getElementById("errors").hidden = kind !== "errors";
+  const heading = document.getElementById("panel-title");
+  heading.textContent = title;
+  panel.scrollIntoView({ block: "start" });
+  heading.focus({ preventScroll: true });
+}
+
+function closePanel() {
+  document.getElementById("panel").hidden = true;
+  state.conn = null;
+  document.getElementById("connections").focus();
+}
+
+// -- overview ---------------------------------------------------------------------------------------------------
 function queueTable(conn) {
-  const head = el("tr", {}, el("th", {}, "queue"), el("th", { class: "num" }, "depth"),
-    el("th", { class: "num" }, "oldest message"), el("th", { class: "num" }, "net flow /min"),
-    el("th", {}, "thresholds"), el("th", {}, "over threshold"));
+  const head = el("tr", {}, el("th", { scope: "col" }, "queue"), el("th", { scope: "col", class: "num" }, "depth"),
+    el("th", { scope: "col", class: "num" }, "oldest message"), el("th", { scope: "col", class: "num" }, "net flow /min"),
+    el("th", { scope: "col" }, "thresholds"), el("th", { scope: "col" }, "over threshold"));
   const rows = conn.queues.map((q) => {
-    const name = el("button", { class: "link", type: "button", title: "depth over time",
+    const name = el("button", { class: "btn link", type: "button", title: `depth of ${q.queue} over time`,
       onclick: () => showHistory(conn.conn_id, q.queue, q.thresholds) }, q.queue);
-    const extra = q.is_error_queue ? el("button", { class: "link browse", type: "button",
-      onclick: () => showErrors(conn.conn_id) }, "browse failed messages") : null;
+    const extra = q.is_error_queue ? el("button", { class: "btn link browse", type: "button",
+      onclick: () => showErrors(conn.conn_id) }, " browse failed messages") : null;
     return el("tr", { class: q.breaches.length ? "breach" : "", dataset: { conn: conn.conn_id, queue: q.queue } },
-      el("td", { class: "queue" }, name, extra),
-      el("td", { class: "num depth" }, q.depth === null ? "-" : q.depth),
+      el("td", { class: "queue" }, name, extra ? " · " : null, extra),
+      el("td", { class: "num depth", title: q.depth_exact ? "exact count" : "estimate" },
+        q.depth === null ? "-" : q.depth),
       el("td", { class: "num age" }, formatAge(q.oldest_age_seconds)),
       el("td", { class: "num flow" }, formatFlow(q.net_flow_per_minute)),
       el("td", {}, formatThresholds(q.thresholds)),
       el("td", { class: "breaches" }, q.breaches.join("; ")));
   });
-  return el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
+  return el("table", { class: "grid" }, el("thead", {}, head), el("tbody", {}, ...rows));
 }
 
 async function loadOverview() {
@@ -82,21 +145,21 @@ async function loadOverview() {
   const main = document.getElementById("connections");
   try {
     const data = await api("overview");
-    main.replaceChildren(...data.connections.map((conn) => el("section", { class: "connection",
-      dataset: { conn: conn.conn_id } },
-      el("h2", {}, `Connection ${conn.conn_id}`),
+    main.replaceChildren(...data.connections.map((conn) => el("section", { class: "connection card",
+      dataset: { conn: conn.conn_id }, "aria-label": `connection ${conn.conn_id}` },
+      el("div", { class: "card-head" }, el("h2", {}, `Connection ${conn.conn_id}`),
+        conn.error ? null : el("button", { type: "button", class: "btn browse-errors",
+          onclick: () => showErrors(conn.conn_id) }, `Browse failed messages (${conn.error_queue})`)),
       conn.error ? el("p", { class: "error" }, conn.error)
-                 : (conn.queues.length ? queueTable(conn) : el("p", {}, "no queues found")),
-      conn.error ? null : el("button", { type: "button", onclick: () => showErrors(conn.conn_id) },
-        `Browse failed messages (${conn.error_queue})`))));
+                 : (conn.queues.length ? queueTable(conn) : el("p", {}, "no queues found")))));
     main.setAttribute("aria-busy", "false");
-    setStatus(`configuration: ${data.source}; updated ${new Date().toLocaleTimeString()}`);
+    setStatus(`configuration: ${data.source}; updated ${formatTime(new Date())}`);
   } catch (e) {
     setStatus(e.message, true);
   }
 }
 
-// -- depth over time (inline SVG) -------------------------------------------------------------------------
+// -- depth over time (inline SVG) -------------------------------------------------------------------------------
 function svg(tag, attrs = {}, text = null) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
@@ -119,8 +182,8 @@ function plot(samples, maxDepth) {
   chart.append(svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom }),
     svg("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }),
     svg("text", { x: 4, y: top + 10 }, String(yMax)), svg("text", { x: 4, y: height - bottom }, "0"),
-    svg("text", { x: left, y: height - 8 }, new Date(t0).toLocaleString()),
-    svg("text", { x: width - right, y: height - 8, "text-anchor": "end" }, new Date(t1).toLocaleString()));
+    svg("text", { x: left, y: height - 8 }, formatTime(new Date(t0))),
+    svg("text", { x: width - right, y: height - 8, "text-anchor": "end" }, formatTime(new Date(t1))));
   if (maxDepth !== undefined && maxDepth !== null) {
     chart.append(svg("line", { class: "limit", x1: left, y1: y(maxDepth), x2: width - right, y2: y(maxDepth) }));
   }
@@ -128,99 +191,207 @@ function plot(samples, maxDepth) {
   chart.append(svg("polyline", { class: "depth", points }));
   for (const [i, s] of samples.entries()) {
     const dot = svg("circle", { cx: x(times[i]).toFixed(1), cy: y(s.depth).toFixed(1), r: 2.5, fill: "currentColor" });
-    dot.append(svg("title", {}, `${s.sampled_at}: ${s.depth}`));
+    dot.append(svg("title", {}, `${formatTime(s.sampled_at)}: ${s.depth}`));
     chart.append(dot);
   }
   return chart;
 }
 
 async function showHistory(connId, queue, thresholds) {
-  const section = document.getElementById("detail");
-  section.hidden = false;
-  document.getElementById("detail-title").textContent = `Depth of ${queue} on ${connId}, last 24 h`;
+  openPanel("detail", `Depth of ${queue} on ${connId}, last 24 h`);
   const target = document.getElementById("plot");
   target.replaceChildren("loading…");
   try {
     const data = await api(`connections/${encodeURIComponent(connId)}/history?queue=${encodeURIComponent(queue)}`);
     target.replaceChildren(plot(data.samples, thresholds.max_depth),
-      el("p", {}, `${data.samples.length} samples; net flow ${formatFlow(data.net_flow_per_minute)} per minute`));
+      el("p", {}, `${data.samples.length} samples; net flow ${formatFlow(data.net_flow_per_minute)} per minute ` +
+        "between the two latest samples"));
   } catch (e) {
     target.replaceChildren(el("p", { class: "error" }, e.message));
   }
 }
 
-// -- error-queue browser ------------------------------------------------------------------------------------
-function updateButtons(canEdit) {
+// -- error-queue browser ----------------------------------------------------------------------------------------
+function updateButtons() {
   const none = state.selected.size === 0;
   for (const id of ["retry", "delete"]) {
     const button = document.getElementById(id);
-    button.disabled = none || !canEdit;
-    button.title = canEdit ? "" : "needs edit permission on this connection";
+    button.disabled = none || !state.canEdit;
+    button.title = state.canEdit ? (none ? "select messages first" : "") : "needs edit permission on this connection";
+  }
+  document.getElementById("selection-count").textContent = none ? "" : `${state.selected.size} selected`;
+  const boxes = [...document.querySelectorAll("#messages tbody input[type=checkbox]")];
+  const all = document.getElementById("select-page");
+  all.checked = boxes.length > 0 && boxes.every((b) => b.checked);
+  all.disabled = boxes.length === 0;
+}
+
+function shortType(text) {
+  if (!text) return "-";
+  const first = text.split(";")[0].split(",")[0];
+  return first.length > 80 ? first.slice(0, 80) + "…" : first;
+}
+
+function headersView(message) {
+  if (message.headers) {
+    const list = el("dl", { class: "headers" });
+    for (const [key, value] of Object.entries(message.headers)) {
+      if (key === "NServiceBus.ExceptionInfo.StackTrace") continue;
+      list.append(el("dt", {}, key), el("dd", {}, value === null ? "null" : value));
+    }
+    return list;
+  }
+  return el("pre", { class: "raw-headers" }, message.headers_preview +
+    (message.headers_truncated ? `\n… (${message.headers_length} characters in all)` : ""));
+}
+
+function messageRow(message) {
+  const key = `${message.seq}/${message.id}`;
+  const box = el("input", { type: "checkbox", "aria-label": `select message ${message.id} at position ${message.seq}` });
+  box.checked = state.selected.has(key);
+  box.addEventListener("change", () => {
+    if (box.checked) state.selected.set(key, { seq: message.seq, id: message.id }); else state.selected.delete(key);
+    updateButtons();
+  });
+  const bad = message.bad.length ? el("span", { class: "badge", title: message.bad.join("; ") }, "bad") : null;
+  const details = el("details", { class: "more" }, el("summary", {}, message.exception_message
+      ? (message.exception_message.length > 120 ? message.exception_message.slice(0, 120) + "…" : message.exception_message)
+      : "headers and body"),
+    message.bad.length ? el("ul", { class: "bad-reasons" }, ...message.bad.map((r) => el("li", {}, r))) : null,
+    el("div", {}, el("strong", {}, "Id "), message.id),
+    message.stack_trace ? el("div", {}, el("strong", {}, "Stack trace"), el("pre", { class: "stack" }, message.stack_trace)) : null,
+    el("div", {}, el("strong", {}, "Headers" + (message.headers_truncated ? " (preview)" : "")), headersView(message)),
+    el("div", {}, el("strong", {}, `Body (${message.body_length} bytes${message.body_binary ? ", binary, shown as hex" : ""}` +
+      `${message.body_truncated ? ", preview" : ""})`), el("pre", { class: "body" }, message.body_preview)));
+  return el("tr", { class: "message" + (message.bad.length ? " bad" : ""), dataset: { seq: String(message.seq), id: message.id } },
+    el("td", {}, box), el("td", { class: "num" }, message.seq), el("td", {}, formatTime(message.time_of_failure)),
+    el("td", {}, message.failed_q || "-"), el("td", {}, message.exception_type || "-", bad),
+    el("td", {}, shortType(message.message_type)), el("td", {}, details));
+}
+
+function groupLabel(group) {
+  const value = group[state.groupBy];
+  return value === null || value === undefined ? "(none)" : (state.groupBy === "message_type" ? shortType(value) : value);
+}
+
+async function loadGroups() {
+  const target = document.getElementById("groups");
+  try {
+    const data = await api(`connections/${encodeURIComponent(state.conn)}/failed/groups?by=${state.groupBy}`);
+    state.canEdit = data.can_edit;
+    state.total = data.total;
+    const active = state.filter[state.groupBy];
+    target.replaceChildren(...data.groups.map((g) => el("button", { type: "button", class: "group", role: "listitem",
+      "aria-pressed": String(active !== undefined && active === g[state.groupBy]),
+      dataset: { key: g[state.groupBy] === null ? "" : g[state.groupBy] },
+      title: `first failure ${formatTime(g.first_failure)}, last ${formatTime(g.last_failure)}`,
+      onclick: () => { state.filter = g[state.groupBy] === null ? {} : { [state.groupBy]: g[state.groupBy] }; restart(); } },
+      groupLabel(g), el("span", { class: "count" }, g.count))));
+    if (!data.groups.length) target.replaceChildren(el("p", {}, "the error queue is empty"));
+    return data;
+  } catch (e) {
+    target.replaceChildren(el("p", { class: "error" }, e.message));
+    return null;
   }
 }
 
-function messageView(message, canEdit) {
-  const box = el("input", { type: "checkbox", "aria-label": `select ${message.id}` });
-  box.addEventListener("change", () => {
-    if (box.checked) state.selected.add(message.id); else state.selected.delete(message.id);
-    updateButtons(canEdit);
-  });
-  return el("div", { class: "message", dataset: { id: message.id } },
-    el("label", {}, box, ` ${message.id}`),
-    el("div", {}, `failed ${message.time_of_failure || "?"}: ${message.exception_message || ""}`),
-    el("details", {}, el("summary", {}, "headers"), el("pre", {}, JSON.stringify(message.headers, null, 2))),
-    el("details", {}, el("summary", {}, `body (${message.body_size} bytes${message.body_truncated ? ", preview" : ""})`),
-      el("pre", {}, message.body_preview)));
+async function loadPage() {
+  const body = document.querySelector("#messages tbody");
+  const caption = document.getElementById("messages-caption");
+  const after = state.cursors[state.page];
+  const params = new URLSearchParams({ after: String(after), limit: String(PAGE_SIZE) });
+  for (const [key, value] of Object.entries(state.filter)) params.set(key, value);
+  if (state.search) params.set("search", state.search);
+  try {
+    const data = await api(`connections/${encodeURIComponent(state.conn)}/failed?${params}`);
+    state.canEdit = data.can_edit;
+    state.next = data.next_after;
+    body.replaceChildren(...data.messages.map(messageRow));
+    const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+    if (state.search) filters.push(`headers containing "${state.search}"`);
+    caption.textContent = `${state.total ?? "?"} failed messages in ${data.error_queue}` +
+      (filters.length ? `; showing those with ${filters.join(", ")}` : "") +
+      `; page ${state.page + 1}: ${data.messages.length} listed`;
+    document.getElementById("page-label").textContent = `page ${state.page + 1}`;
+    document.getElementById("prev-page").disabled = state.page === 0;
+    document.getElementById("first-page").disabled = state.page === 0;
+    document.getElementById("next-page").disabled = state.next === null;
+    if (!data.messages.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "7" }, "no failed messages here")));
+  } catch (e) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "7", class: "error" }, e.message)));
+  }
+  updateButtons();
+}
+
+async function restart() {
+  state.cursors = [0];
+  state.page = 0;
+  await loadGroups();
+  await loadPage();
 }
 
 async function showErrors(connId) {
-  state.errorsConn = connId;
-  state.selected.clear();
-  const section = document.getElementById("errors");
-  section.hidden = false;
-  const groups = document.getElementById("groups");
-  groups.replaceChildren("loading…");
-  try {
-    const data = await api(`connections/${encodeURIComponent(connId)}/failed`);
-    document.getElementById("errors-title").textContent =
-      `Failed messages in ${data.error_queue} on ${connId}: ${data.total}` +
-      (data.listed < data.total ? ` (first ${data.listed} listed)` : "");
-    groups.dataset.conn = connId;
-    groups.replaceChildren(...(data.groups.length ? data.groups.map((g) => el("details",
-      { class: "group", open: "", dataset: { failedQ: g.failed_q, exceptionType: g.exception_type } },
-      el("summary", {}, `${g.failed_q} — ${g.exception_type}: ${g.count}` +
-        (g.last_failure ? ` (last ${g.last_failure})` : "")),
-      ...g.messages.map((m) => messageView(m, data.can_edit)))) : [el("p", {}, "the error queue is empty")]));
-    updateButtons(data.can_edit);
-  } catch (e) {
-    groups.replaceChildren(el("p", { class: "error" }, e.message));
+  if (state.conn !== connId) {
+    state.selected.clear();
+    state.filter = {};
+    state.search = "";
+    document.getElementById("search").value = "";
   }
+  state.conn = connId;
+  openPanel("errors", `Failed messages of ${connId}`);
+  document.getElementById("action-result").textContent = "";
+  await restart();
 }
 
 async function act(action) {
-  const connId = state.errorsConn;
-  const ids = [...state.selected];
-  if (!connId || !ids.length) return;
-  if (action === "delete" && !window.confirm(`Delete ${ids.length} failed message(s)? This cannot be undone.`)) return;
+  const connId = state.conn;
+  const messages = [...state.selected.values()];
+  if (!connId || !messages.length) return;
+  if (action === "delete" && !window.confirm(`Delete ${messages.length} failed message(s)? This cannot be undone.`)) return;
   const result = document.getElementById("action-result");
   try {
     const data = await api(`connections/${encodeURIComponent(connId)}/failed/${action}`, {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ ids }) });
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ messages }) });
     result.className = "";
     result.textContent = action === "retry"
-      ? `returned ${data.total_returned}` + (data.left.length ? `; ${data.left.length} stay: ${data.left.map((l) => l.reason).join("; ")}` : "")
+      ? `returned ${data.total_returned}: ` + Object.entries(data.returned).map(([q, n]) => `${n} to ${q}`).join(", ")
       : `deleted ${data.deleted}`;
+    state.selected.clear();
   } catch (e) {
     result.className = "error";
     result.textContent = e.message;
   }
-  await Promise.all([showErrors(connId), loadOverview()]);
+  await Promise.all([loadGroups().then(loadPage), loadOverview()]);
 }
 
 document.getElementById("refresh").addEventListener("click", () => {
   loadOverview();
-  if (state.errorsConn) showErrors(state.errorsConn);
+  if (state.conn) loadGroups().then(loadPage);
 });
+document.getElementById("panel-close").addEventListener("click", closePanel);
 document.getElementById("retry").addEventListener("click", () => act("retry"));
 document.getElementById("delete").addEventListener("click", () => act("delete"));
+document.getElementById("group-by").addEventListener("change", (e) => { state.groupBy = e.target.value; state.filter = {}; restart(); });
+document.getElementById("filters").addEventListener("submit", (e) => {
+  e.preventDefault();
+  state.search = document.getElementById("search").value.trim();
+  restart();
+});
+document.getElementById("clear-filters").addEventListener("click", () => {
+  state.filter = {}; state.search = ""; document.getElementById("search").value = ""; restart();
+});
+document.getElementById("select-page").addEventListener("change", (e) => {
+  for (const box of document.querySelectorAll("#messages tbody input[type=checkbox]")) {
+    if (box.checked !== e.target.checked) box.click();
+  }
+});
+document.getElementById("next-page").addEventListener("click", () => {
+  if (state.next === null) return;
+  state.cursors[state.page + 1] = state.next;
+  state.page += 1;
+  loadPage();
+});
+document.getElementById("prev-page").addEventListener("click", () => { if (state.page > 0) { state.page -= 1; loadPage(); } });
+document.getElementById("first-page").addEventListener("click", () => { state.page = 0; loadPage(); });
+document.addEventListener("keydown", (e) => { if (e.key === "Escape" && !document.getElementById("panel").hidden) closePanel(); });
 loadOverview();

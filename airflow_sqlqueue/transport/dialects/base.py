@@ -253,6 +253,11 @@ class Dialect:
         """A message id as the driver binds it."""
         return str(value)
 
+    def header_field(self, value: Any) -> Any:
+        """A header value as the ``failed_page``/``failed_groups`` statements return it, as text or bytes
+        (default: already the value; PostgreSQL returns the JSON string text, still escaped)."""
+        return value
+
     def to_raw_row(self, row: Row) -> RawRow:
         """Normalize (id, seq, expired, headers, body) as returned by receive statements."""
         raw_id, seq, expired, headers, body = row

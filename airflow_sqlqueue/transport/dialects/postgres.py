@@ -76,6 +76,16 @@ class PostgresDialect(Dialect):
         super().__init__(paramstyle)
         self._current_delayed: set[str] = set()  # delayed stores known to have the current shape
 
+    def header_field(self, value: Any) -> Any:
+        """``failed_page`` finds header values by pattern: the JSON string text, unescaped here (kept raw when
+        the escapes do not decode)."""
+        if value is None:
+            return None
+        try:
+            return json.loads(f'"{value}"')
+        except ValueError:
+            return value
+
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
         if isinstance(text, QueueAddress):
             text = self.format_address(text)

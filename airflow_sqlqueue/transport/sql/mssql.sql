@@ -262,10 +262,6 @@ CAST(%(seq)s AS bigint)
 SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
 FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)
 
--- head_headers --
--- Headers of the oldest row no receiver holds (its TimeSent gives the age of the queue).
-SELECT TOP (1) Headers FROM {queue} WITH (READPAST) ORDER BY RowVersion
-
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by RowVersion (not by Expires, to avoid deadlocks with receivers); READPAST on both sides: rows a receiver holds are skipped, never waited for.
 DELETE FROM {queue} WITH (READPAST)
@@ -410,3 +406,72 @@ SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
 -- list_subscriptions --
 -- Every subscription, by topic.
 SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
+
+-- count_rows --
+-- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
+SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
+
+-- failed_page --
+-- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- (never sent whole); grouping fields are read only from valid JSON (ISJSON) of at most one Mi characters, so no
+-- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain.
+SELECT TOP (%(batch_size)s) f.Id, f.RowVersion, f.failed_q, f.exception_type, f.message_type, f.time_of_failure,
+       LEFT(f.exception_message, 2000), LEFT(f.stack_trace, 8000), f.headers_preview, f.headers_length,
+       f.body_preview, f.body_length
+FROM (
+    SELECT Id, RowVersion, Headers,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
+               AS exception_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
+           END AS message_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
+               AS time_of_failure,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.Message"') END
+               AS exception_message,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.StackTrace"') END
+               AS stack_trace,
+           LEFT(Headers, %(headers_chars)s) AS headers_preview, LEN(Headers) AS headers_length,
+           SUBSTRING(Body, 1, %(body_bytes)s) AS body_preview, DATALENGTH(Body) AS body_length
+    FROM {queue} WITH (READPAST)
+    WHERE RowVersion > %(after_seq)s
+) AS f
+WHERE (%(failed_q)s IS NULL OR f.failed_q = %(failed_q)s)
+  AND (%(exception_type)s IS NULL OR f.exception_type = %(exception_type)s)
+  AND (%(message_type)s IS NULL OR f.message_type = %(message_type)s)
+  AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0)
+ORDER BY f.RowVersion
+
+-- failed_groups --
+-- Failed messages counted by the queue they failed in, exception type and message type, with the first and
+-- last failure (valid JSON only, as failed_page); largest groups first.
+SELECT TOP (%(batch_size)s) f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure),
+       MAX(f.time_of_failure)
+FROM (
+    SELECT CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
+               AS exception_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
+           END AS message_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
+               AS time_of_failure
+    FROM {queue} WITH (READPAST)
+) AS f
+GROUP BY f.failed_q, f.exception_type, f.message_type
+ORDER BY COUNT_BIG(*) DESC, f.failed_q, f.exception_type, f.message_type
+
+-- lock_position --
+-- Lock one row addressed by position and Id (an index seek on RowVersion; the Id guards against a reused one).
+SELECT Id, RowVersion, 0, Headers, Body
+FROM {queue} WITH (UPDLOCK, ROWLOCK)
+WHERE RowVersion = %(seq)s AND Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- delete_position --
+-- Delete one row addressed by position and Id (an index seek on RowVersion).
+DELETE FROM {queue} WHERE RowVersion = %(seq)s AND Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- head_time_sent --
+-- TimeSent of the oldest row no receiver holds (valid JSON only): the age of the queue without reading the whole
+-- headers of a row that may be huge or not JSON.
+SELECT TOP (1) CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeSent"') END
+FROM {queue} WITH (READPAST) ORDER BY RowVersion

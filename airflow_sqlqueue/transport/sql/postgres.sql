@@ -144,10 +144,6 @@ SELECT COALESCE(
   - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0),
   set_config('synchronous_commit', 'off', true)
 
--- head_headers --
--- Headers of the oldest row (its TimeSent gives the age of the queue).
-SELECT headers FROM {queue} ORDER BY seq LIMIT 1
-
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).
 DELETE FROM {queue}
@@ -353,3 +349,74 @@ SELECT DISTINCT queueaddress FROM {table} WHERE topic = %(topic)s
 -- list_subscriptions --
 -- Every subscription, by topic.
 SELECT queueaddress, endpoint, topic FROM {table} ORDER BY topic, endpoint
+
+-- count_rows --
+-- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
+SELECT count(*) FROM {queue}
+
+-- failed_page --
+-- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- (never sent whole). The fields it groups and filters by are the JSON string text after '"<name>":"' (or
+-- '"<name>": "') up to the next quote (FailedQ, a canonical address with quotes on PostgreSQL, is read with its
+-- escaped quotes, backslashes and slashes undone; other fields are cut at an escaped quote); the exception message and
+-- stack trace are the whole JSON string found by pattern in the first MiB of the headers (the provider sends at
+-- most 1,000,000 characters). Plain text functions: no row (bad JSON, a lone surrogate escape, huge headers) can
+-- make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain
+-- (exact case).
+SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
+       left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"'), 2000),
+       left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"'), 8000),
+       headers_preview, headers_length, body_preview, body_length
+FROM (
+    SELECT id, seq, headers,
+           COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure,
+           left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
+           substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length
+    FROM {queue}
+    WHERE seq > %(after_seq)s
+) AS f
+WHERE (%(failed_q)s::text IS NULL OR f.failed_q = %(failed_q)s::text)
+  AND (%(exception_type)s::text IS NULL OR f.exception_type = %(exception_type)s::text)
+  AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
+  AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0)
+ORDER BY f.seq
+LIMIT %(batch_size)s
+
+-- failed_groups --
+-- Failed messages counted by the queue they failed in, exception type and message type, with the first and
+-- last failure (fields read as in failed_page, one pass over the queue); largest groups first.
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
+FROM (
+    SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+    FROM {queue}
+) AS f
+GROUP BY failed_q, exception_type, message_type
+ORDER BY count(*) DESC, failed_q, exception_type, message_type
+LIMIT %(batch_size)s
+
+-- lock_position --
+-- Lock one row addressed by position and Id (an index seek on seq; the Id guards against a reused position).
+SELECT id, seq, false, headers, body FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s FOR UPDATE
+
+-- delete_position --
+-- Delete one row addressed by position and Id (an index seek on seq).
+DELETE FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s
+
+-- head_time_sent --
+-- TimeSent of the oldest row, found in the headers by pattern (JSON string text, still escaped): the age of the
+-- queue without reading the whole headers of a row that may be huge or not JSON.
+SELECT substring(left(headers, 1048576) from '"NServiceBus\.TimeSent"\s*:\s*"((?:[^"\\]|\\.)*)"') FROM {queue} ORDER BY seq LIMIT 1

@@ -103,10 +103,6 @@ DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
 -- subquery: SQLite's min/max shortcut only applies to a lone min() or max(); together they scan the table.
 SELECT COALESCE((SELECT max(seq) FROM {queue}) - (SELECT min(seq) FROM {queue}) + 1, 0)
 
--- head_headers --
--- Headers of the oldest row (its TimeSent gives the age of the queue).
-SELECT headers FROM {queue} ORDER BY seq LIMIT 1
-
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq.
 DELETE FROM {queue}
@@ -192,3 +188,77 @@ SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
 -- list_subscriptions --
 -- Every subscription, by topic.
 SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
+
+-- count_rows --
+-- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
+SELECT count(*) FROM {queue}
+
+-- failed_page --
+-- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
+-- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
+-- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
+-- Filters: NULL matches any row; %(search)s is text the headers contain (exact case).
+SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
+       substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
+       body_preview, body_length
+FROM (
+    SELECT id, seq,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
+               AS exception_type,
+           CASE WHEN ok THEN substr(CAST(json_extract(headers, '$."NServiceBus.EnclosedMessageTypes"') AS BLOB), 1, 300)
+           END AS message_type,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
+               AS time_of_failure,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.Message"') AS BLOB) END
+               AS exception_message,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.StackTrace"') AS BLOB) END
+               AS stack_trace,
+           substr(CAST(headers AS BLOB), 1, %(headers_chars)s) AS headers_preview,
+           length(CAST(headers AS BLOB)) AS headers_length,
+           substr(CAST(body AS BLOB), 1, %(body_bytes)s) AS body_preview,
+           length(CAST(body AS BLOB)) AS body_length,
+           headers
+    FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
+          FROM {queue} WHERE seq > %(after_seq)s)
+) AS f
+WHERE (%(failed_q)s IS NULL OR f.failed_q = CAST(%(failed_q)s AS BLOB))
+  AND (%(exception_type)s IS NULL OR f.exception_type = CAST(%(exception_type)s AS BLOB))
+  AND (%(message_type)s IS NULL OR f.message_type = CAST(%(message_type)s AS BLOB))
+  AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0)
+ORDER BY f.seq
+LIMIT %(batch_size)s
+
+-- failed_groups --
+-- Failed messages counted by the queue they failed in, exception type and message type, with the first and
+-- last failure (read from valid JSON text only, returned as BLOBs as in failed_page); largest groups first.
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
+FROM (
+    SELECT CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
+               AS exception_type,
+           CASE WHEN ok THEN substr(CAST(json_extract(headers, '$."NServiceBus.EnclosedMessageTypes"') AS BLOB), 1, 300)
+           END AS message_type,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
+               AS time_of_failure
+    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue})
+) AS f
+GROUP BY failed_q, exception_type, message_type
+ORDER BY count(*) DESC, failed_q, exception_type, message_type
+LIMIT %(batch_size)s
+
+-- lock_position --
+-- Read one row addressed by position and Id (seq is the rowid; the transaction holds the write lock).
+SELECT id, seq, 0, headers, body FROM {queue} WHERE seq = %(seq)s AND CAST(id AS TEXT) = %(id)s
+
+-- delete_position --
+-- Delete one row addressed by position and Id (a rowid seek).
+DELETE FROM {queue} WHERE seq = %(seq)s AND CAST(id AS TEXT) = %(id)s
+
+-- head_time_sent --
+-- TimeSent of the oldest row (read only from valid JSON text, as a BLOB): the age of the queue without reading
+-- the whole headers of a row that may be huge or not JSON.
+SELECT CASE WHEN typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers)
+            THEN CAST(json_extract(headers, '$."NServiceBus.TimeSent"') AS BLOB) END
+FROM {queue} ORDER BY seq LIMIT 1
