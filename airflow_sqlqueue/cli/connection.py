@@ -47,16 +47,32 @@ def check_url(url: str, *, creating: bool) -> None:
 
 
 def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
-    """A transport on an Airflow connection (needs Airflow installed)."""
-    try:
-        from airflow.sdk import BaseHook
+    """A transport on an Airflow connection (needs Airflow installed).
 
+    The connection is looked up where Airflow's own ``airflow connections get`` looks: ``AIRFLOW_CONN_<ID>``
+    variables, the configured secrets backends, then the metadata database (connections made with
+    ``airflow connections add`` or in the UI).
+    """
+    try:
         from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
     except ImportError:
         raise UsageError("--conn-id needs Apache Airflow: pip install 'airflow-provider-sqlqueue[airflow]', "
                          "or pass --url") from None
     try:
-        connection = BaseHook.get_connection(conn_id)
+        connection = lookup_connection(conn_id)
     except Exception as exc:  # noqa: BLE001 - Airflow raises its own not-found type
-        raise UsageError(f"Airflow connection {conn_id!r} not found: {one_line(exc)}") from None
+        raise UsageError(f"Airflow connection {conn_id!r} not found: {one_line(exc)}. List them with "
+                         "`airflow connections list`") from None
     return SqlQueueHook.for_connection(connection, **kwargs).transport
+
+
+def lookup_connection(conn_id: str) -> object:
+    """The Airflow connection ``conn_id``: an ``AIRFLOW_CONN_<ID>`` variable is read without loading Airflow's
+    database layer; anything else goes through every secrets backend, the metadata database last."""
+    if os.environ.get("AIRFLOW_CONN_" + conn_id.upper()):
+        from airflow.sdk import BaseHook
+
+        return BaseHook.get_connection(conn_id)
+    from airflow.models.connection import Connection
+
+    return Connection.get_connection_from_secrets(conn_id)
