@@ -75,4 +75,9 @@ def lookup_connection(conn_id: str) -> object:
         return BaseHook.get_connection(conn_id)
     from airflow.models.connection import Connection
 
-    return Connection.get_connection_from_secrets(conn_id)
+    connection = Connection.get_connection_from_secrets(conn_id)
+    # The database's own Airflow hook (PostgresHook, MsSqlHook, ...) looks the id up again through the task SDK,
+    # which reads variables and secrets backends but not the metadata database: hand it the connection found,
+    # in this process's environment only.
+    os.environ["AIRFLOW_CONN_" + conn_id.upper()] = connection.as_json()
+    return connection

@@ -204,6 +204,18 @@ def event_messages(context: Any, queue: str | None = None) -> list[dict[str, Any
     return sorted(seen.values(), key=lambda item: (str(item.get("queue")), int(item.get("seq") or 0)))
 
 
+class MessagesEvent(TriggerEvent):
+    """The event of a claimed batch. Its text (Airflow's triggerer logs every event at INFO) names the queue, the
+    count and the sequence range, never a body or a header: messages may hold personal data."""
+
+    def __repr__(self) -> str:
+        payload = self.payload if isinstance(self.payload, dict) else {}
+        return (f"MessagesEvent<queue={payload.get('queue')!r} count={payload.get('count')} "
+                f"seq={payload.get('first_seq')}..{payload.get('last_seq')}>")
+
+    __str__ = __repr__
+
+
 class RejectedBySubscriberError(SqlQueueError):
     """A trigger refused the event (``reject_shared_stream_event``); its messages go to the error queue."""
 
@@ -443,7 +455,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for raw_event in shared_stream:
-            yield TriggerEvent(raw_event)
+            yield MessagesEvent(raw_event)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Fallback outside ack mode: a batch is deleted once the triggerer took its event (not stored)."""
@@ -451,7 +463,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
         try:
             async with aclosing(producer.open_stream()) as stream:
                 async for raw_event, broker_payload in stream:
-                    yield TriggerEvent(raw_event)
+                    yield MessagesEvent(raw_event)
                     await producer.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
         finally:
             await producer.aclose()

@@ -86,6 +86,8 @@ class Deployment:
         self.metadata_url = f"{PG_SERVER}/{self.database}"
         self.port = free_port()
         self.celery_queue = "sqlqueue_" + uuid.uuid4().hex[:8]  # other deployments on this broker never see ours
+        self.jwt_secret = secrets.token_hex(16)  # one for every component: the API checks the workers' tokens
+        self.broker_url = BROKERS[self.broker].format(db=int(uuid.uuid4().int % 14) + 1)
 
     # -- environment ---------------------------------------------------------------------------------
     def base_env(self) -> dict[str, str]:
@@ -109,7 +111,7 @@ class Deployment:
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
@@ -119,8 +121,7 @@ class Deployment:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         })
         if self.executor == "CeleryExecutor":
-            broker = BROKERS[self.broker].format(db=int(uuid.uuid4().int % 14) + 1)
-            env["AIRFLOW__CELERY__BROKER_URL"] = broker
+            env["AIRFLOW__CELERY__BROKER_URL"] = self.broker_url
             env["AIRFLOW__CELERY__RESULT_BACKEND"] = "db+" + self.metadata_url
             env["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = str(self.concurrency)
         env.update(self.env)
@@ -273,7 +274,8 @@ class Deployment:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with psycopg.connect(self.metadata_url, autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            cursor = conn.execute(sql, params)  # type: ignore[arg-type]
+            return cursor.fetchall() if cursor.description else []
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.query("UPDATE dag SET is_paused = %s WHERE dag_id = %s", (paused, dag_id))

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from airflow_sqlqueue.transport import SqlQueueTransport
 from tests.deployment.harness import BIN, PG_URL, Deployment, figures_table, percentile, wait_for
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
@@ -44,7 +45,8 @@ def events_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Depl
     try:
         with deployment:
             deployment.airflow("connections", "add", "sqlqueue_default", "--conn-uri", PG_URL)
-            sqlqueue(deployment, "create", queue, f'"{schema}"."error"')
+            with SqlQueueTransport.from_url(PG_URL) as transport:
+                transport.create_queues([queue, f'"{schema}"."error"'])
             deployment.wait_parsed([DAG_ID])
             deployment.set_paused(DAG_ID, False)
             yield deployment
