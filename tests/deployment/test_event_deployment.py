@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.headers import TIME_SENT, parse_wire_time
 from tests.deployment.harness import BIN, PG_URL, Deployment, figures_table, percentile, wait_for
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
@@ -117,11 +118,17 @@ class Scenario:
             "SELECT DISTINCT r.run_id, r.start_date FROM dagrun_asset_event d JOIN dag_run r ON r.id = d.dag_run_id "
             "WHERE d.event_id = ANY(%s)", (event_ids,))
         started = {run_id: start.timestamp() for run_id, start in runs if start is not None}
+        sent_at = dict(self.sent_at)  # upper bounds; the TimeSent header the CLI wrote is exact
+        for _, extra in events:
+            for message in (extra or {}).get("payload", {}).get("messages", []):
+                stamp = (message.get("headers") or {}).get(TIME_SENT)
+                if stamp and message.get("body") in sent_at:
+                    sent_at[message["body"]] = parse_wire_time(stamp).timestamp()
         first_run: dict[str, float] = {}
         for _, body, run_id, _ in handled:
             if run_id in started:
                 first_run[body] = min(first_run.get(body, float("inf")), started[run_id])
-        latency = sorted(first_run[b] - self.sent_at[b] for b in first_run if b in self.sent_at)
+        latency = sorted(first_run[b] - sent_at[b] for b in first_run if b in sent_at)
         done = {body for _, body, _, state in handled if state == "success"}
         counts = Counter(body for _, body, _, _ in handled)
         return {"scenario": self.name, "sent": len(self.sent_at), "asset events": len(events), "DAG runs": len(runs),
