@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport import SqlQueueTransport, get_dialect
+from airflow_sqlqueue.transport.connect import connection_factory, default_catalog_of, guard_connect, paramstyle_of
 
+from .airflow_conn import queue_url
 from .errors import UsageError, one_line
 
 URL_VARIABLE = "SQLQUEUE_URL"
@@ -46,13 +48,28 @@ def check_url(url: str, *, creating: bool) -> None:
                          "(`sqlqueue create QUEUE` makes a new database file)")
 
 
+def quick_url(conn_id: str) -> str | None:
+    """The queue URL of ``conn_id`` read without Airflow, or None (then Airflow looks it up)."""
+    try:
+        return queue_url(conn_id)
+    except Exception:  # noqa: BLE001 - anything unexpected: Airflow's own lookup decides
+        return None
+
+
 def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
     """A transport on an Airflow connection (needs Airflow installed).
 
     The connection is looked up where Airflow's own ``airflow connections get`` looks: ``AIRFLOW_CONN_<ID>``
     variables, the configured secrets backends, then the metadata database (connections made with
-    ``airflow connections add`` or in the UI).
+    ``airflow connections add`` or in the UI). A variable or a row of the metadata database is read without
+    importing Airflow (``airflow_conn``): the command starts in well under a second.
     """
+    url = quick_url(conn_id)
+    if url is not None:
+        connect, dialect = connection_factory(url)
+        password = urlsplit(url).password
+        return SqlQueueTransport(guard_connect(connect, f"connection {conn_id!r}", unquote(password or "") or None),
+                                 get_dialect(dialect, paramstyle_of(url), default_catalog_of(url)), **kwargs)
     try:
         from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
     except ImportError:

@@ -7,6 +7,7 @@ wait is bounded; on a timeout the error names what was awaited and where the com
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
@@ -30,6 +31,25 @@ BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("SQLQUEUE_TEST_PG_SERVER", "postgresql://postgres@127.0.0.1:5432")
 PG_URL = os.environ.get("SQLQUEUE_TEST_PG_URL", f"{PG_SERVER}/test")
 BROKERS = {"redis": "redis://127.0.0.1:6379/{db}", "rabbitmq": "amqp://guest:guest@127.0.0.1:5672//"}
+
+
+#: Deployments started and not stopped yet: stopped at exit, and on SIGTERM (a CI timeout), so no component and no
+#: database outlives the test session.
+_LIVE: list[Deployment] = []
+
+
+def _stop_all(*_: object) -> None:
+    for deployment in list(_LIVE):
+        deployment.stop()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+atexit.register(_stop_all)
 
 
 def free_port() -> int:
@@ -78,6 +98,7 @@ class Deployment:
     concurrency: int = 2
     broker: str = "redis"
     api_server: bool = True
+    connections: dict[str, str] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,7 +151,7 @@ class Deployment:
     # -- life cycle ------------------------------------------------------------------------------------
     def __enter__(self) -> Deployment:
         try:
-            self.start()
+            self.start(self.connections)
         except BaseException:
             self.stop()
             raise
@@ -139,8 +160,12 @@ class Deployment:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
-        """Create the metadata database, migrate it, start every component; return once they are up."""
+    def start(self, connections: dict[str, str] | None = None) -> None:
+        """Create the metadata database, migrate it, start every component, add ``connections`` (id: URI) with
+        ``airflow connections add`` while they start; return once they are up."""
+        if not _LIVE and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        _LIVE.append(self)
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         dags = self.root / "dags"
         dags.mkdir(exist_ok=True)
@@ -151,6 +176,8 @@ class Deployment:
         self.airflow("db", "migrate", timeout=300)
         for name, args in self.components():
             self.start_process(name, args)
+        for conn_id, uri in (connections or {}).items():
+            self.airflow("connections", "add", conn_id, "--conn-uri", uri)
         self.wait_started()
 
     def components(self) -> list[tuple[str, list[str]]]:
@@ -228,6 +255,8 @@ class Deployment:
 
     def stop(self) -> None:
         """End every component this harness started (SIGTERM, then SIGKILL), then drop the database."""
+        if self in _LIVE:
+            _LIVE.remove(self)
         for name in list(self.processes):
             process = self.processes[name]
             if process.popen is not None and process.popen.poll() is None:

@@ -42,11 +42,11 @@ def celery_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Depl
         transport.create_queues([queue, f'"{schema}"."error"'])
     deployment = Deployment(root, [DAGS / "deploy_drain.py"], executor="CeleryExecutor", workers=2, concurrency=2,
                             env={"SQLQUEUE_DEPLOY_DRAIN_QUEUE": queue, "SQLQUEUE_DEPLOY_DRAIN_OUT": str(root / "out"),
-                                 "SQLQUEUE_DEPLOY_DRAIN_TASKS": str(TASKS)})
+                                 "SQLQUEUE_DEPLOY_DRAIN_TASKS": str(TASKS)},
+                            connections={"sqlqueue_default": PG_URL})
     deployment.queue = queue  # type: ignore[attr-defined]
     try:
         with deployment:
-            deployment.airflow("connections", "add", "sqlqueue_default", "--conn-uri", PG_URL)
             deployment.wait_parsed([DAG_ID])
             deployment.set_paused(DAG_ID, False)
             yield deployment
