@@ -26,7 +26,6 @@ from typing import Any
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("SQLQUEUE_TEST_PG_SERVER", "postgresql://postgres@127.0.0.1:5432")
 PG_URL = os.environ.get("SQLQUEUE_TEST_PG_URL", f"{PG_SERVER}/test")
@@ -116,14 +115,16 @@ class Deployment:
         home = self.root / "home"
         env.update({
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONPATH": str(ROOT),
+            # only the hostname module: the source tree on the path would list the provider's entry points twice
+            # (its .egg-info beside the installed one), and Airflow would warn about a plugin registered twice
+            "PYTHONPATH": str(self.root / "pylib"),
             "PYTHONUNBUFFERED": "1",
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.root / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CORE__PARALLELISM": "8",
-            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.deployment.worker_name.hostname",
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "sqlqueue_deploy_worker_name.hostname",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url.replace("postgresql://",
@@ -167,6 +168,8 @@ class Deployment:
             signal.signal(signal.SIGTERM, _on_sigterm)
         _LIVE.append(self)
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        (self.root / "pylib").mkdir(exist_ok=True)
+        shutil.copy(Path(__file__).with_name("worker_name.py"), self.root / "pylib" / "sqlqueue_deploy_worker_name.py")
         dags = self.root / "dags"
         dags.mkdir(exist_ok=True)
         for dag in self.dags:
