@@ -16,8 +16,9 @@ import sqlite3
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
+from airflow_sqlqueue.transport.connect import url_from_fields
 from airflow_sqlqueue.transport.sqlfile import parse_statements
 
 _STATEMENTS = parse_statements(resources.files(__package__).joinpath("sql", "airflow_metadata.sql")
@@ -43,7 +44,7 @@ def _from_variable(conn_id: str) -> dict[str, Any] | None:
     parts = urlsplit(value)
     return {"conn_type": _URI_TYPES.get(parts.scheme.lower(), parts.scheme), "host": unquote(parts.hostname or ""),
             "login": unquote(parts.username or ""), "password": unquote(parts.password or ""),
-            "port": parts.port, "schema": unquote(parts.path.lstrip("/")), "extra": parts.query or None}
+            "port": parts.port, "schema": unquote(parts.path.lstrip("/")), "extra": dict(parse_qsl(parts.query))}
 
 
 def _setting(section: str, key: str, default: str | None = None) -> str | None:
@@ -104,17 +105,8 @@ def _from_metadata(conn_id: str) -> dict[str, Any] | None:
 
 
 def _url(fields: dict[str, Any]) -> str | None:
-    conn_type = (fields.get("conn_type") or "").lower()
     extra = fields.get("extra")
-    if extra and extra not in ("{}", {}):
-        return None  # options in the extra (sslmode, TDS version, ...): only the database's own hook knows them
-    host = fields.get("host") or ""
-    if conn_type == "sqlite":
-        return f"sqlite:///{host or fields.get('schema') or ''}" if (host or fields.get("schema")) else None
-    scheme = {"postgres": "postgresql", "mssql": "mssql+pymssql"}.get(conn_type)
-    if scheme is None:
-        return None
-    login, password = fields.get("login") or "", fields.get("password") or ""
-    auth = quote(login, safe="") + (":" + quote(password, safe="") if password else "")
-    port = f":{fields['port']}" if fields.get("port") else ""
-    return f"{scheme}://{auth + '@' if auth else ''}{host}{port}/{quote(fields.get('schema') or '', safe='')}"
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    return url_from_fields(fields.get("conn_type"), fields.get("host"), fields.get("port"), fields.get("login"),
+                           fields.get("password"), fields.get("schema"), extra or {})

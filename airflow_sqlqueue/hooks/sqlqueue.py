@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
-from airflow_sqlqueue.transport.connect import guard_connect
+from airflow_sqlqueue.transport.connect import guard_connect, url_from_fields
 
 #: Airflow connection types the transport runs on, and the dialect of each.
 SUPPORTED_CONN_TYPES = {"mssql": "mssql", "odbc": "mssql", "postgres": "postgres", "sqlite": "sqlite"}
@@ -88,8 +88,9 @@ class SqlQueueHook(BaseHook):
         name = dialect_name_for(conn_type, connection.conn_id)
         dialect = get_dialect(name, "qmark" if conn_type == "odbc" else None,
                               default_catalog=(connection.schema or None) if name == "mssql" else None)
-        connect = guard_connect(lambda: _connect(connection, self.odbc_driver), f"connection {connection.conn_id!r}",
-                                connection.password)
+        direct = _direct_postgres(connection)
+        connect = guard_connect(direct or (lambda: _connect(connection, self.odbc_driver)),
+                                f"connection {connection.conn_id!r}", connection.password)
         return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to)
 
     def get_transport(self) -> SqlQueueTransport:
@@ -116,6 +117,30 @@ def dialect_name_for(conn_type: str | None, conn_id: str = "") -> str:
         raise UnsupportedConnectionError(
             f"connection {conn_id!r} has type {conn_type!r}; SQL queues run on connections of type "
             f"{', '.join(sorted(SUPPORTED_CONN_TYPES))}. Point the task at one of those") from None
+
+
+def _direct_postgres(connection: Any) -> Callable[[], Any] | None:
+    """For a ``postgres`` connection whose options are libpq keywords: open it with psycopg from its fields.
+
+    PostgresHook would look the connection up a second time, synchronously, and load every provider's hooks on
+    first use: in the triggerer that stalls the event loop for tens of seconds on a busy machine ("event loop
+    appears deadlocked"). Other connections (or other options, such as IAM) go through the database's hook.
+    """
+    if (connection.conn_type or "").lower() != "postgres":
+        return None
+    try:
+        options = connection.extra_dejson
+    except Exception:  # noqa: BLE001 - an unreadable extra: let the hook report it
+        return None
+    url = url_from_fields("postgres", connection.host, connection.port, connection.login, connection.password,
+                          connection.schema, options)
+    if url is None:
+        return None
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    return lambda: psycopg.connect(url, autocommit=False)
 
 
 def _connect(connection: Any, odbc_driver: str | None = None) -> Any:
