@@ -172,11 +172,15 @@ def test_spaced_messages(events_deployment: Deployment) -> None:
 
 def test_paused_then_unpaused(events_deployment: Deployment) -> None:
     scenario = Scenario(events_deployment, "30 while paused, then unpaused")
+    stopped = events_deployment.log_text("triggerer").count("Trigger cancelled")
     events_deployment.set_paused(DAG_ID, True)
-    try:
-        time.sleep(8)  # the triggerer notices the pause and stops the watcher
+    try:  # the triggerer stops the watcher at its next check; messages sent before that are emitted
+        wait_for("the triggerer to stop the paused DAG's watcher",
+                 lambda: events_deployment.log_text("triggerer").count("Trigger cancelled") > stopped, 120)
         scenario.send(30)
-        time.sleep(8)
+        time.sleep(5)
+        with SqlQueueTransport.from_url(PG_URL) as transport:
+            assert transport.peek(events_deployment.queue) == 30, "messages were taken while the DAG was paused"
         assert not scenario.handled(), "a paused DAG ran"
     finally:
         events_deployment.set_paused(DAG_ID, False)
