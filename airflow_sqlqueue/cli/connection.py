@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from airflow_sqlqueue.hooks.metadata import queue_url
 from airflow_sqlqueue.transport import SqlQueueTransport, get_dialect
 from airflow_sqlqueue.transport.connect import connection_factory, default_catalog_of, guard_connect, paramstyle_of
 
-from .airflow_conn import queue_url
 from .errors import UsageError, one_line
 
 URL_VARIABLE = "SQLQUEUE_URL"
@@ -62,7 +62,7 @@ def transport_from_conn_id(conn_id: str, **kwargs: object) -> SqlQueueTransport:
     The connection is looked up where Airflow's own ``airflow connections get`` looks: ``AIRFLOW_CONN_<ID>``
     variables, the configured secrets backends, then the metadata database (connections made with
     ``airflow connections add`` or in the UI). A variable or a row of the metadata database is read without
-    importing Airflow (``airflow_conn``): the command starts in well under a second.
+    importing Airflow (``hooks.metadata``): the command starts in well under a second.
     """
     url = quick_url(conn_id)
     if url is not None:

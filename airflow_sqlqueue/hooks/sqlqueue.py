@@ -8,6 +8,7 @@ object already in hand, or asynchronously in the triggerer).
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable, Iterable
 from functools import cached_property
@@ -15,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_sqlqueue.hooks.metadata import connection_fields
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
 from airflow_sqlqueue.transport.connect import guard_connect, url_from_fields
 
@@ -58,7 +60,17 @@ class SqlQueueHook(BaseHook):
 
     @classmethod
     async def afor_conn_id(cls, conn_id: str, **kwargs: Any) -> SqlQueueHook:
-        """A hook whose connection is looked up without blocking the event loop (for the triggerer)."""
+        """A hook whose connection is looked up without blocking the event loop (for the triggerer).
+
+        An ``AIRFLOW_CONN_<ID>`` variable or a row of the metadata database is read in a thread
+        (``hooks.metadata``); anything else (a secrets backend) through Airflow's asynchronous lookup.
+        """
+        try:
+            fields = await asyncio.to_thread(connection_fields, conn_id)
+        except Exception:  # noqa: BLE001 - anything unexpected: Airflow's own lookup decides
+            fields = None
+        if fields is not None:
+            return cls.for_connection(_sdk_connection(conn_id, fields), **kwargs)
         try:
             connection = await BaseHook.aget_connection(conn_id)
         except NotImplementedError:  # pragma: no cover - a secrets setup without async lookup
@@ -117,6 +129,16 @@ def dialect_name_for(conn_type: str | None, conn_id: str = "") -> str:
         raise UnsupportedConnectionError(
             f"connection {conn_id!r} has type {conn_type!r}; SQL queues run on connections of type "
             f"{', '.join(sorted(SUPPORTED_CONN_TYPES))}. Point the task at one of those") from None
+
+
+def _sdk_connection(conn_id: str, fields: dict[str, Any]) -> Any:
+    from airflow.sdk import Connection
+
+    extra = fields.get("extra") or {}
+    return Connection(conn_id=conn_id, conn_type=fields.get("conn_type") or "", host=fields.get("host"),
+                      schema=fields.get("schema"), login=fields.get("login"), password=fields.get("password"),
+                      port=int(fields["port"]) if fields.get("port") else None,
+                      extra=json.dumps(extra) if extra else None)
 
 
 def _direct_postgres(connection: Any) -> Callable[[], Any] | None:

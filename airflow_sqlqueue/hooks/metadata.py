@@ -1,6 +1,10 @@
-"""``--conn-id`` without loading Airflow: a connection read from an ``AIRFLOW_CONN_<ID>`` variable or straight
-from the metadata database, turned into a queue URL. Importing Airflow costs the command line seconds of start-up
-(over a minute on a loaded machine); this path costs a query.
+"""An Airflow connection read without Airflow: from an ``AIRFLOW_CONN_<ID>`` variable or straight from the
+metadata database's ``connection`` table (this module imports nothing of Airflow).
+
+Two users: the command line's ``--conn-id`` (importing Airflow costs seconds of start-up, over a minute on a
+loaded machine; this costs a query), and the event trigger in the triggerer, where Airflow's own lookup of a
+connection stored in the metadata database goes through the triggerer's supervisor, whose first lookup starts
+its in-process API client and stalls every trigger for tens of seconds ("event loop appears deadlocked").
 
 Anything this module does not understand for certain (a secrets backend, a metadata database other than
 PostgreSQL or SQLite, a ``*_cmd``/``*_secret`` setting, an ``odbc`` connection, connection extras) returns
@@ -26,11 +30,24 @@ _STATEMENTS = parse_statements(resources.files(__package__).joinpath("sql", "air
 _URI_TYPES = {"postgresql": "postgres", "postgres": "postgres", "sqlite": "sqlite", "mssql": "mssql"}
 
 
-def queue_url(conn_id: str) -> str | None:
-    """A ``sqlqueue`` URL for Airflow connection ``conn_id``, or None when only Airflow can resolve it."""
+def connection_fields(conn_id: str) -> dict[str, Any] | None:
+    """The fields of Airflow connection ``conn_id`` (``conn_type``, ``host``, ``port``, ``login``, ``password``,
+    ``schema``, ``extra`` as a dict), or None when only Airflow can resolve it. Blocking: call it in a thread
+    from async code."""
     fields = _from_variable(conn_id)
     if fields is None:
         fields = _from_metadata(conn_id)
+    if fields is None:
+        return None
+    extra = fields.get("extra")
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    return {**fields, "extra": extra or {}}
+
+
+def queue_url(conn_id: str) -> str | None:
+    """A ``sqlqueue`` URL for Airflow connection ``conn_id``, or None when only Airflow can resolve it."""
+    fields = connection_fields(conn_id)
     return None if fields is None else _url(fields)
 
 
@@ -105,8 +122,5 @@ def _from_metadata(conn_id: str) -> dict[str, Any] | None:
 
 
 def _url(fields: dict[str, Any]) -> str | None:
-    extra = fields.get("extra")
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra.strip() else {}
     return url_from_fields(fields.get("conn_type"), fields.get("host"), fields.get("port"), fields.get("login"),
-                           fields.get("password"), fields.get("schema"), extra or {})
+                           fields.get("password"), fields.get("schema"), fields.get("extra") or {})
