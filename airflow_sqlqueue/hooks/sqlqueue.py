@@ -62,8 +62,9 @@ class SqlQueueHook(BaseHook):
     async def afor_conn_id(cls, conn_id: str, **kwargs: Any) -> SqlQueueHook:
         """A hook whose connection is looked up without blocking the event loop (for the triggerer).
 
-        An ``AIRFLOW_CONN_<ID>`` variable or a row of the metadata database is read in a thread
-        (``hooks.metadata``); anything else (a secrets backend) through Airflow's asynchronous lookup.
+        An ``AIRFLOW_CONN_<ID>`` variable (or, outside the triggerer, a row of the metadata database) is read in a
+        thread (``hooks.metadata``); anything else through Airflow's asynchronous lookup, which in the triggerer
+        asks the triggerer's supervisor (the runner may not read the metadata database).
         """
         try:
             fields = await asyncio.to_thread(connection_fields, conn_id)
