@@ -20,11 +20,13 @@ DOC = """
 receive transaction (`sends-atomic-with-receive`): messages the handler sends with `context.send(...)` are
 written only if it succeeds. A handler that raises is retried `immediate_retries` times, then the message goes
 to the error queue with the standard NServiceBus failure headers (inspect and return it with the DAG
-`sqlqueue_error_queue`). The XCom is the summary: received, succeeded, failed, retries, expired, poison.
+`sqlqueue_error_queue`). The XCom is the summary: received (messages), deliveries (counting retries),
+succeeded, failed, retries, expired, poison.
 
 **Configure**: the connection id from the environment variable `SQLQUEUE_EXAMPLE_CONN_ID` (default
 `sqlqueue_default`); the params `queue` (default `orders`, or `$SQLQUEUE_EXAMPLE_QUEUE`) and `replies_queue`
-(default `replies`) per run. Copy this file and put your work in `handle_order`.
+(default `replies`) per run ("Trigger DAG" with params; unpausing starts nothing). Copy this file and put your
+work in `handle_order`.
 """
 
 
@@ -42,10 +44,9 @@ def handle_order(message, context) -> None:
 
 with DAG(
     "example_sqlqueue_drain_with_handler",
-    schedule="*/5 * * * *",
+    schedule=None,  # runs when you trigger it: unpausing does not drain the queue behind your back
     start_date=datetime(2024, 1, 1),
     catchup=False,
-    max_active_runs=1,
     tags=["sqlqueue", "example"],
     doc_md=DOC,
     params={"queue": Param(os.environ.get("SQLQUEUE_EXAMPLE_QUEUE", "orders"), type="string", minLength=1),

@@ -25,15 +25,16 @@ DOC = """
 
 **Configure**: the connection id from the environment variable `SQLQUEUE_EXAMPLE_CONN_ID` (default
 `sqlqueue_default`, any `mssql`, `odbc`, `postgres` or `sqlite` connection); the params `queue` and
-`min_messages` per run (or their defaults on schedule). Copy this file and replace `process` with your work.
+`min_messages` per run ("Trigger DAG" with params). Unpausing starts nothing: trigger a run. To run it on a
+schedule, give it one and keep the sensor's `timeout` shorter than the interval (a run waiting on an empty queue
+then ends instead of holding the next runs back). Copy this file and replace `process` with your work.
 """
 
 with DAG(
     "example_sqlqueue_sensor_drain_mapped",
-    schedule="*/15 * * * *",
+    schedule=None,  # runs when you trigger it: unpausing does not drain the queue behind your back
     start_date=datetime(2024, 1, 1),
     catchup=False,
-    max_active_runs=1,
     tags=["sqlqueue", "example"],
     doc_md=DOC,
     params={"queue": Param(os.environ.get("SQLQUEUE_EXAMPLE_QUEUE", "orders"), type="string", minLength=1),

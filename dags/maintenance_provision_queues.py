@@ -20,7 +20,8 @@ Trigger this DAG by hand ("Trigger DAG" with params) to create queue tables. Con
 * `dry_run`: only log the DDL script for review.
 
 Creation is idempotent and safe while other creators run. The task log shows the DDL (the named statements of
-the dialect's SQL file) and any finding on tables that already existed; the XCom lists what is ready.
+the dialect's SQL file), which tables it created and which existed already, and any finding on them; the XCom
+has `ready` (every queue now usable), `created` (new tables), `existed` (there before) and `findings`.
 """
 
 with DAG(

@@ -172,7 +172,7 @@ def test_airflow_connection_errors(tmp_path: Path):
            "schema": "test"}
     env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW_CONN_BAD_DB": json.dumps(bad)}
     result = run("--conn-id", "bad_db", "peek", "orders", env=env, code=3)
-    assert "cannot connect to connection 'bad_db'" in result.err and "s3cret" not in result.err
+    assert "cannot connect to postgresql://postgres:***@127.0.0.1:1/test" in result.err and "s3cret" not in result.err
     assert "'nowhere' not found" in run("--conn-id", "nowhere", "peek", "orders", env=env, code=2).err
 
 

@@ -302,8 +302,10 @@ def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
              delayed_queues=[q("p_endpoint")])
     assert str(dr.state) == "success", airflow_env.task_states(dr)
     result = airflow_env.xcom_value(dr, "provision")
-    assert result["created"] == [t.name(q("p_orders")), t.name(q("p_replies"))]
+    assert result["ready"] == [t.name(q("p_orders")), t.name(q("p_replies"))]
     assert result["delayed"] == [t.name(q("p_endpoint"))] and result["findings"] == []
+    assert result["created"] == [t.name(q(n)) for n in ("p_orders", "p_replies", "p_endpoint")]
+    assert result["existed"] == []
     assert all(t.exists(q(n)) for n in ("p_orders", "p_replies", "p_endpoint"))
     t.send(q("p_endpoint"), OutgoingMessage("later", delay=3600))
     assert t.peek(q("p_endpoint")) == 0  # it went to the delayed table, which exists

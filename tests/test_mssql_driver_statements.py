@@ -28,8 +28,8 @@ from sqlglot import exp
 
 from airflow_sqlqueue.maintenance.health import SamplesTable, _statements
 from airflow_sqlqueue.transport.address import QueueAddress
-from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
+from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
 from airflow_sqlqueue.transport.sqlfile import Statement, numbered
 
 MARKER = re.compile(r"%\((\w+)\)s")

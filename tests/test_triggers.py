@@ -30,6 +30,7 @@ from airflow_sqlqueue.triggers.sqlqueue import (
     SqlQueueMessageTrigger,
     SqlQueueStreamProducer,
     SqlQueueTrigger,
+    event_messages,
     message_payload,
 )
 from tests.conftest import Db
@@ -156,22 +157,22 @@ def test_depth_trigger_serializes_and_validates(caplog: pytest.LogCaptureFixture
 
 
 # -- SqlQueueMessageTrigger: the ack-mode producer -----------------------------------------------------------
-def test_open_stream_claims_without_deleting_and_advance_deletes(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_event_per_claimed_batch_deleted_only_after_advance(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     sent = send(queues, 3)
     producer = producer_for(queues, airflow_conn(queues, monkeypatch))
 
     async def scenario() -> None:
         stream = producer.open_stream()
-        items = [await anext(stream) for _ in range(3)]
-        events = [raw for raw, _ in items]
-        assert [e["id"] for e in events] == sent
-        assert [e["body"] for e in events] == ["m0", "m1", "m2"]
-        assert events[1]["headers"]["n"] == "1" and events[0]["queue"] == queues.transport.name(queues.q("orders"))
-        assert events[0]["seq"] < events[1]["seq"] < events[2]["seq"]
-        json.dumps(events)  # the payload is JSON-serialisable
+        event, number = await anext(stream)
+        assert event["count"] == 3 and [m["id"] for m in event["messages"]] == sent
+        assert [m["body"] for m in event["messages"]] == ["m0", "m1", "m2"]
+        assert event["messages"][1]["headers"]["n"] == "1"
+        assert event["queue"] == event["messages"][0]["queue"] == queues.transport.name(queues.q("orders"))
+        seqs = [m["seq"] for m in event["messages"]]
+        assert seqs == sorted(seqs) and (event["first_seq"], event["last_seq"]) == (seqs[0], seqs[-1])
+        json.dumps(event)  # the payload is JSON-serialisable
         assert await asyncio.to_thread(count, queues, "orders") == 3  # nothing deleted before advance
-        await producer.advance([AdvanceItem(items[0][1], ACKED)])
-        await producer.advance([AdvanceItem(p, ACKED) for _, p in items[1:]])
+        await producer.advance([AdvanceItem(number, ACKED)])
         assert await asyncio.to_thread(count, queues, "orders") == 0
         await stream.aclose()
         await producer.aclose()
@@ -179,40 +180,41 @@ def test_open_stream_claims_without_deleting_and_advance_deletes(queues: Db, mon
     run(scenario())
 
 
-def test_failed_outcome_returns_rows_and_they_come_again(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_event_returns_its_messages_and_they_come_again(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     sent = send(queues, 3)
     producer = producer_for(queues, airflow_conn(queues, monkeypatch))
 
     async def scenario() -> None:
         stream = producer.open_stream()
-        items = [await anext(stream) for _ in range(3)]
-        await producer.advance([AdvanceItem(items[0][1], ACKED), AdvanceItem(items[1][1], FAILED),
-                                AdvanceItem(items[2][1], AdvanceOutcome(acked=0, failed=0))])  # no subscriber
-        assert await asyncio.to_thread(count, queues, "orders") == 2
-        again = [await anext(stream) for _ in range(2)]
-        assert [raw["id"] for raw, _ in again] == sent[1:]
+        _, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, FAILED)])
+        assert await asyncio.to_thread(count, queues, "orders") == 3
+        again, number = await anext(stream)
+        assert [m["id"] for m in again["messages"]] == sent  # the same Ids
+        await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=0, failed=0))])  # no subscriber
+        assert await asyncio.to_thread(count, queues, "orders") == 3
         await stream.aclose()
         await producer.aclose()
 
     run(scenario())
-    assert count(queues, "orders") == 2  # closing the stream returned the claimed rows
+    assert count(queues, "orders") == 3  # closing the stream returned the claimed rows
 
 
-def test_rejected_message_goes_to_the_error_queue(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
-    sent = send(queues, 1)
+def test_rejected_event_goes_to_the_error_queue(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 2)
     producer = producer_for(queues, airflow_conn(queues, monkeypatch))
 
     async def scenario() -> None:
         stream = producer.open_stream()
-        _, payload = await anext(stream)
-        await producer.advance([AdvanceItem(payload, REJECTED)])
+        _, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, REJECTED)])
         await stream.aclose()
         await producer.aclose()
 
     run(scenario())
     assert count(queues, "orders") == 0
-    [row] = queues.transport.browse(queues.q("error"))
-    assert str(row.id) == sent[0] and json.loads(row.headers)["NServiceBus.FailedQ"]
+    rows = queues.transport.browse(queues.q("error"))
+    assert sorted(str(r.id) for r in rows) == sorted(sent) and json.loads(rows[0].headers)["NServiceBus.FailedQ"]
 
 
 def test_poison_and_expired_rows_are_not_emitted(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,14 +227,76 @@ def test_poison_and_expired_rows_are_not_emitted(queues: Db, monkeypatch: pytest
     async def scenario() -> list[str]:
         await asyncio.sleep(0.05)
         stream = producer.open_stream()
-        raw, payload = await anext(stream)
-        await producer.advance([AdvanceItem(payload, ACKED)])
+        event, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
         await stream.aclose()
         await producer.aclose()
-        return [raw["id"]]
+        return [m["id"] for m in event["messages"]]
 
     assert run(scenario()) == good
     assert count(queues, "orders") == 0 and count(queues, "error") == 1
+
+
+def test_messages_over_max_event_bytes_wait_for_the_next_event(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    queues.transport.send_many(queues.q("orders"), [OutgoingMessage(body="x" * 1000) for _ in range(5)])
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), max_event_bytes=3000)
+
+    async def scenario() -> list[int]:
+        stream = producer.open_stream()
+        counts = []
+        while sum(counts) < 5:
+            event, number = await anext(stream)
+            assert len(json.dumps(event)) <= 3000
+            counts.append(event["count"])
+            await producer.advance([AdvanceItem(number, ACKED)])
+        await stream.aclose()
+        await producer.aclose()
+        return counts
+
+    counts = run(scenario())
+    assert len(counts) >= 3 and sum(counts) == 5  # nothing lost, nothing twice
+    assert count(queues, "orders") == 0
+
+
+def test_a_message_too_big_alone_is_emitted_without_its_body(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = send(queues, 1, prefix="y" * 5000)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), max_event_bytes=2000, max_body_bytes=None)
+
+    async def scenario() -> dict[str, Any]:
+        stream = producer.open_stream()
+        event, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
+        await stream.aclose()
+        await producer.aclose()
+        return event
+
+    [message] = run(scenario())["messages"]
+    assert message["id"] == sent[0] and message["body_omitted"] is True and message["body_size"] == 5001
+
+
+def test_messages_sent_within_event_interval_join_one_event(queues: Db, monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    first = send(queues, 1, prefix="first")
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), event_interval=1.5)
+
+    async def scenario() -> list[dict[str, Any]]:
+        stream = producer.open_stream()
+        event, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
+        for i in range(3):  # a burst spread over the interval: one event, not three
+            await asyncio.to_thread(send, queues, 1, "orders", f"later{i}-")
+        second, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
+        await stream.aclose()
+        await producer.aclose()
+        return [event, second]
+
+    with caplog.at_level(logging.INFO, logger="airflow_sqlqueue.triggers.sqlqueue"):
+        event, second = run(scenario())
+    assert [m["id"] for m in event["messages"]] == first
+    assert second["count"] == 3
+    assert "first0" not in caplog.text and "later" not in caplog.text  # bodies are never logged at INFO
+    assert "one event for 3 messages" in caplog.text
 
 
 def test_two_producers_never_emit_the_same_message(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,11 +310,12 @@ def test_two_producers_never_emit_the_same_message(queues: Db, monkeypatch: pyte
         stream = producer.open_stream()
         try:
             while True:
-                raw, payload = await anext(stream)
-                seen.append((index, raw["id"]))
+                event, number = await anext(stream)
+                ids = [m["id"] for m in event["messages"]]
+                seen.extend((index, i) for i in ids)
                 await asyncio.sleep(0.01)
-                await producer.advance([AdvanceItem(payload, ACKED)])
-                advanced.append(raw["id"])
+                await producer.advance([AdvanceItem(number, ACKED)])
+                advanced.extend(ids)
         finally:
             await stream.aclose()
             await producer.aclose()
@@ -281,8 +346,7 @@ CRASHING_PRODUCER = textwrap.dedent("""
         producer = SqlQueueStreamProducer(conn_id=sys.argv[1], queue_name=sys.argv[2], error_queue=sys.argv[3],
                                           batch_size=10, poll_interval=0.1)
         stream = producer.open_stream()
-        for _ in range(3):
-            await anext(stream)
+        await anext(stream)
         print("claimed", flush=True)
         time.sleep(60)  # the triggerer dies here, holding its claim
 
@@ -299,7 +363,8 @@ def test_rows_claimed_by_a_dead_triggerer_return(queues: Db, monkeypatch: pytest
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "claimed"
+        lines = iter(child.stdout.readline, "")
+        assert any(line.strip() == "claimed" for line in lines)  # after the child's own log lines
         assert count(queues, "orders") == 3
     finally:
         os.kill(child.pid, signal.SIGKILL)
@@ -308,13 +373,13 @@ def test_rows_claimed_by_a_dead_triggerer_return(queues: Db, monkeypatch: pytest
 
     async def scenario() -> list[str]:
         stream = producer.open_stream()
-        items = [await anext(stream) for _ in range(3)]
-        await producer.advance([AdvanceItem(p, ACKED) for _, p in items])
+        event, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
         await stream.aclose()
         await producer.aclose()
-        return [raw["id"] for raw, _ in items]
+        return [m["id"] for m in event["messages"]]
 
-    assert run(scenario()) == sent
+    assert run(scenario()) == sent  # the same Ids again
     assert count(queues, "orders") == 0
 
 
@@ -328,11 +393,9 @@ def test_ack_mode_through_the_shared_stream_manager(queues: Db, monkeypatch: pyt
     async def scenario() -> list[dict[str, Any]]:
         manager = SharedStreamManager(ack_timeout=30)
         events = trigger.filter_shared_stream(manager.subscribe(trigger_id=1, trigger=trigger, key=key))
-        payloads, seqs = [], []
-        for _ in sent:
-            event = await asyncio.wait_for(anext(events), 10)
-            payloads.append(event.payload)
-            seqs.append(manager.bind_pending_event(trigger_id=1, key=key))
+        event = await asyncio.wait_for(anext(events), 10)
+        payloads = event.payload["messages"]
+        seqs = [manager.bind_pending_event(trigger_id=1, key=key)]
         await asyncio.sleep(0.3)
         assert await asyncio.to_thread(count, queues, "orders") == 2  # not persisted yet: still there
         consumer = asyncio.ensure_future(anext(events))  # the subscriber moves past the last event
@@ -358,7 +421,7 @@ def test_run_fallback_emits_and_deletes(queues: Db, monkeypatch: pytest.MonkeyPa
 
     async def scenario() -> list[str]:
         events = trigger.run()
-        ids = [(await anext(events)).payload["id"] for _ in sent]
+        ids = [m["id"] for m in (await anext(events)).payload["messages"]]
         waiting = asyncio.ensure_future(anext(events))  # taking the next event acks the previous one
         for _ in range(100):
             if await asyncio.to_thread(count, queues, "orders") == 0:
@@ -381,8 +444,29 @@ def test_message_trigger_serializes_and_shares_by_queue() -> None:
     assert trigger.shared_stream_key() == SqlQueueMessageTrigger(conn_id="c", queue_name="orders").shared_stream_key()
     assert trigger.shared_stream_key() != SqlQueueMessageTrigger(conn_id="c", queue_name="other").shared_stream_key()
     assert isinstance(SqlQueueMessageTrigger.create_shared_stream_producer(kwargs), SqlQueueStreamProducer)
+    assert (kwargs["batch_size"], kwargs["event_interval"], kwargs["max_event_bytes"]) == (10, 5.0, 1024 * 1024)
     with pytest.raises(ValueError, match="batch_size"):
         SqlQueueMessageTrigger(conn_id="c", queue_name="orders", batch_size=0)
+    with pytest.raises(ValueError, match="event_interval"):
+        SqlQueueMessageTrigger(conn_id="c", queue_name="orders", event_interval=-1)
+
+
+def test_event_messages_gives_each_message_once_in_queue_order() -> None:
+    class Event:
+        def __init__(self, extra: dict[str, Any]) -> None:
+            self.extra = extra
+
+    def message(seq: int, queue: str = "orders") -> dict[str, Any]:
+        return {"id": f"id-{queue}-{seq}", "seq": seq, "queue": queue, "headers": {}, "body": str(seq)}
+
+    batch = {"payload": {"queue": "orders", "count": 2, "messages": [message(3), message(4)]}}
+    again = {"payload": {"queue": "orders", "count": 2, "messages": [message(1), message(3)]}}  # after a crash
+    other = {"payload": {"queue": "refunds", "count": 1, "messages": [message(2, "refunds")]}}
+    context = {"triggering_asset_events": {"a": [Event(batch), Event(again)], "b": [Event(other), Event({"x": 1})]}}
+    assert [m["id"] for m in event_messages(context)] == ["id-orders-1", "id-orders-3", "id-orders-4",
+                                                          "id-refunds-2"]
+    assert [m["seq"] for m in event_messages(context, queue="refunds")] == [2]
+    assert event_messages({}) == []
 
 
 def test_payload_of_binary_large_and_null_bodies() -> None:
@@ -466,3 +550,32 @@ def test_depth_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
 
     payload = asyncio.run(scenario())
     assert payload == {"status": "success", "queue": db.q("orders"), "depth": 1}
+
+
+def test_event_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
+    """The AssetWatcher's trigger on a PostgreSQL queue with the wake-up trigger: a send after a quiet spell is
+    emitted at once, not at the next poll (600 s away)."""
+    if db.kind != "postgres":
+        pytest.skip("push wake-ups are PostgreSQL's LISTEN/NOTIFY")
+    db.transport.create_queues([db.q("orders"), db.q("error")], notify=True)
+    trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(db, monkeypatch), queue_name=db.q("orders"),
+                                     poll_interval=600, error_queue=db.q("error"))
+
+    async def scenario() -> dict:
+        events = trigger.run()
+        first = asyncio.ensure_future(anext(events))
+        for _ in range(300):  # until the trigger listens, then a moment for its first (empty) claim
+            listening = await asyncio.to_thread(db.sql, "SELECT count(*) FROM pg_stat_activity WHERE query = "
+                                                "'LISTEN sqlqueue' AND pid <> pg_backend_pid()")
+            if listening[0][0]:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        assert not first.done()
+        await asyncio.to_thread(db.transport.send, db.q("orders"), b"wake")
+        event = await asyncio.wait_for(first, 60)
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload["count"] == 1 and [m["body"] for m in payload["messages"]] == ["wake"]

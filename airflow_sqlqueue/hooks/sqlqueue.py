@@ -8,15 +8,17 @@ object already in hand, or asynchronously in the triggerer).
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_sqlqueue.hooks.metadata import connection_fields
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
-from airflow_sqlqueue.transport.connect import guard_connect
+from airflow_sqlqueue.transport.connect import guard_connect, url_from_fields
 from airflow_sqlqueue.transport.pubsub import DEFAULT_SUBSCRIPTION_TABLE
 
 #: Airflow connection types the transport runs on, and the dialect of each.
@@ -65,7 +67,18 @@ class SqlQueueHook(BaseHook):
 
     @classmethod
     async def afor_conn_id(cls, conn_id: str, **kwargs: Any) -> SqlQueueHook:
-        """A hook whose connection is looked up without blocking the event loop (for the triggerer)."""
+        """A hook whose connection is looked up without blocking the event loop (for the triggerer).
+
+        An ``AIRFLOW_CONN_<ID>`` variable (or, outside the triggerer, a row of the metadata database) is read in a
+        thread (``hooks.metadata``); anything else through Airflow's asynchronous lookup, which in the triggerer
+        asks the triggerer's supervisor (the runner may not read the metadata database).
+        """
+        try:
+            fields = await asyncio.to_thread(connection_fields, conn_id)
+        except Exception:  # noqa: BLE001 - anything unexpected: Airflow's own lookup decides
+            fields = None
+        if fields is not None:
+            return cls.for_connection(_sdk_connection(conn_id, fields), **kwargs)
         try:
             connection = await BaseHook.aget_connection(conn_id)
         except NotImplementedError:  # pragma: no cover - a secrets setup without async lookup
@@ -95,8 +108,9 @@ class SqlQueueHook(BaseHook):
         name = dialect_name_for(conn_type, connection.conn_id)
         dialect = get_dialect(name, "qmark" if conn_type == "odbc" else None,
                               default_catalog=(connection.schema or None) if name == "mssql" else None)
-        connect = guard_connect(lambda: _connect(connection, self.odbc_driver), f"connection {connection.conn_id!r}",
-                                connection.password)
+        direct = _direct_postgres(connection)
+        connect = guard_connect(direct or (lambda: _connect(connection, self.odbc_driver)),
+                                f"connection {connection.conn_id!r}", connection.password)
         return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to,
                                  endpoint=self.endpoint, subscription_table=self.subscription_table)
 
@@ -124,6 +138,40 @@ def dialect_name_for(conn_type: str | None, conn_id: str = "") -> str:
         raise UnsupportedConnectionError(
             f"connection {conn_id!r} has type {conn_type!r}; SQL queues run on connections of type "
             f"{', '.join(sorted(SUPPORTED_CONN_TYPES))}. Point the task at one of those") from None
+
+
+def _sdk_connection(conn_id: str, fields: dict[str, Any]) -> Any:
+    from airflow.sdk import Connection
+
+    extra = fields.get("extra") or {}
+    return Connection(conn_id=conn_id, conn_type=fields.get("conn_type") or "", host=fields.get("host"),
+                      schema=fields.get("schema"), login=fields.get("login"), password=fields.get("password"),
+                      port=int(fields["port"]) if fields.get("port") else None,
+                      extra=json.dumps(extra) if extra else None)
+
+
+def _direct_postgres(connection: Any) -> Callable[[], Any] | None:
+    """For a ``postgres`` connection whose options are libpq keywords: open it with psycopg from its fields.
+
+    PostgresHook would look the connection up a second time, synchronously, and load every provider's hooks on
+    first use: in the triggerer that stalls the event loop for tens of seconds on a busy machine ("event loop
+    appears deadlocked"). Other connections (or other options, such as IAM) go through the database's hook.
+    """
+    if (connection.conn_type or "").lower() != "postgres":
+        return None
+    try:
+        options = connection.extra_dejson
+    except Exception:  # noqa: BLE001 - an unreadable extra: let the hook report it
+        return None
+    url = url_from_fields("postgres", connection.host, connection.port, connection.login, connection.password,
+                          connection.schema, options)
+    if url is None:
+        return None
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    return lambda: psycopg.connect(url, autocommit=False)
 
 
 def _connect(connection: Any, odbc_driver: str | None = None) -> Any:

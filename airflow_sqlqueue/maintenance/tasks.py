@@ -276,14 +276,18 @@ def provision(params: dict[str, Any]) -> dict[str, Any]:
         log.info("DDL for %s:\n%s", conn_id, script)
         if params.get("dry_run"):
             log.warning("dry run: nothing created")
-            return {"conn_id": conn_id, "created": [], "delayed": [], "ddl": script}
+            return {"conn_id": conn_id, "ready": [], "delayed": [], "created": [], "existed": [], "ddl": script}
+        existed = [q for q in dict.fromkeys(names + delayed_names) if transport.exists(q)]
         created = transport.create_queues(names) if names else []
         created_delayed = transport.create_queues(delayed_names, delayed=True) if delayed_names else []
         findings = [f for q in created + created_delayed for f in _finding_rows(conn_id, transport.check(q))]
-    log.info("queues ready on %s: %s", conn_id, ", ".join(created + [f"{q} (+ delayed)" for q in created_delayed]))
+    new = [q for q in dict.fromkeys(created + created_delayed) if q not in existed]
+    log.info("queues on %s: created %s; existed already %s", conn_id, ", ".join(new) or "none",
+             ", ".join(existed) or "none")
     if findings:
         log.warning("findings on existing tables:\n%s", format_table(findings, ("queue", "code", "message")))
-    return {"conn_id": conn_id, "created": created, "delayed": created_delayed, "findings": findings}
+    return {"conn_id": conn_id, "ready": created, "delayed": created_delayed, "created": new, "existed": existed,
+            "findings": findings}
 
 
 # -- error queue ---------------------------------------------------------------------------------------

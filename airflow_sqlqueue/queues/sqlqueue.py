@@ -2,10 +2,10 @@
 
 Usage::
 
-    MessageQueueTrigger(scheme="sqlqueue", conn_id="queues_db", queue_name="orders")
+    MessageQueueTrigger(scheme="sqlqueue", conn_id="sqlqueue_default", queue_name="orders")
 
 builds a ``SqlQueueMessageTrigger`` with the other keyword arguments. The deprecated queue-URI form
-``MessageQueueTrigger(queue="sqlqueue://queues_db/orders")`` works too.
+``MessageQueueTrigger(queue="sqlqueue://sqlqueue_default/orders")`` works too.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from .errors import DatabaseConnectionError, SqlQueueError, UnsupportedConnectionError
 from .redaction import SCHEME, blank, blank_url_password, password_span, redact_url
@@ -152,3 +152,34 @@ def default_catalog_of(url: str) -> str | None:
     if not url.lower().startswith("mssql"):
         return None
     return _mssql_parts(url)["database"] or None
+
+
+#: libpq keywords that may come with a PostgreSQL connection's options (an Airflow connection's extra).
+LIBPQ_OPTIONS = frozenset({
+    "sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslpassword", "sslcompression", "connect_timeout",
+    "application_name", "options", "target_session_attrs", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "client_encoding", "gssencmode", "channel_binding", "krbsrvname", "service"})
+
+
+def url_from_fields(conn_type: str | None, host: str | None = None, port: int | None = None,
+                    login: str | None = None, password: str | None = None, schema: str | None = None,
+                    options: dict[str, Any] | None = None) -> str | None:
+    """A connection URL from the fields of a connection (as Airflow stores them), or None when its driver needs
+    more than a URL carries (ODBC, SQL Server options, PostgreSQL options that are not libpq keywords)."""
+    kind = (conn_type or "").lower()
+    options = dict(options or {})
+    if kind == "sqlite":
+        path = host or schema
+        return f"sqlite:///{path}" if path and not options else None
+    if kind in ("postgres", "postgresql"):
+        scheme = "postgresql"
+        if not set(options) <= LIBPQ_OPTIONS:
+            return None
+    elif kind == "mssql" and not options:
+        scheme = "mssql+pymssql"
+    else:
+        return None
+    auth = quote(login or "", safe="") + (":" + quote(password, safe="") if password else "")
+    where = f"{host or 'localhost'}{f':{port}' if port else ''}"
+    query = ("?" + urlencode({k: str(v) for k, v in options.items()})) if options else ""
+    return f"{scheme}://{auth + '@' if auth else ''}{where}/{quote(schema or '', safe='')}{query}"

@@ -50,7 +50,7 @@ class MessagePump:
             finally:
                 with self._lock:
                     total.add(part)
-            return part.finished, part.received
+            return part.finished, part.deliveries
 
         try:
             self.loop.run(one_batch, max_messages=max_messages, max_duration=max_duration,

@@ -20,6 +20,7 @@ TRANSACTION_SCOPE             ``ScopedBatch``    ``EnlistedSends``: written at o
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -269,6 +270,17 @@ class ReceiveStrategy:
         self.mode = mode
         self.transport = transport
         self.dialect: Dialect = session.dialect
+        self._seen: set[int] = set()
+        self._seen_lock = threading.Lock()
+
+    def count_rows(self, claim: Claim, part: ProcessSummary) -> None:
+        """Count a claim's rows: every one as a delivery, the messages not seen before in this run as received."""
+        part.deliveries = claim.locked
+        seqs = [m.seq for m in claim.messages]
+        with self._seen_lock:
+            new = [seq for seq in seqs if seq not in self._seen]
+            self._seen.update(new)
+        part.received = claim.locked - len(seqs) + len(new)
 
     def batch(self, count: int, summary: ProcessSummary) -> None:
         """Receive up to ``count`` rows and handle them; add what happened to ``summary`` once it is final."""
@@ -285,7 +297,8 @@ class AtMostOnce(ReceiveStrategy):
     def batch(self, count: int, summary: ProcessSummary) -> None:
         with Claim(self.session, self.queue, take=True).open(count) as claim:
             pass  # committed: the messages are ours now
-        part = ProcessSummary(received=claim.locked)
+        part = ProcessSummary()
+        self.count_rows(claim, part)
         part.add_stats(claim.stats)
         sends = ImmediateSends(self.outbox, self.session)
         context = HandlerContext(self.transport, self.mode, sends, queue=self.queue)
@@ -319,7 +332,7 @@ class HeldBatch(ReceiveStrategy):
         part = ProcessSummary()
         finished: list[ReceivedMessage] = []
         with Claim(self.session, self.queue).open(count) as claim:
-            part.received = claim.locked
+            self.count_rows(claim, part)
             part.add_stats(claim.stats)
             sends = self.send_policy(claim)
             context = self._context(claim, sends)

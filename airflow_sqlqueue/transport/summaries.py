@@ -37,13 +37,15 @@ class _Counts:
 class ProcessSummary(_Counts):
     """Counts of one processing run.
 
-    ``received`` rows taken; ``succeeded`` handled; ``failed`` moved to the error queue after retries;
-    ``delayed`` sent to the delayed table for a delayed retry; ``lost`` failed in mode NONE (at-most-once);
-    ``retries`` failed attempts that were retried at once; ``expired``, ``poison``, ``forwarded`` rows settled on
-    receive.
+    ``received`` messages taken (each once, however many times it was delivered); ``deliveries`` rows taken (a
+    message retried in a later batch counts again); ``succeeded`` handled; ``failed`` moved to the error queue
+    after retries; ``delayed`` sent to the delayed table for a delayed retry; ``lost`` failed in mode NONE
+    (at-most-once); ``retries`` failed attempts that were retried at once; ``expired``, ``poison``,
+    ``forwarded`` rows settled on receive.
     """
 
     received: int = 0
+    deliveries: int = 0
     succeeded: int = 0
     failed: int = 0
     delayed: int = 0

@@ -2,15 +2,16 @@
 
 - ``SqlQueueTrigger`` waits in the triggerer until a queue holds at least N messages (the deferrable half of
   ``SqlQueueSensor``).
-- ``SqlQueueMessageTrigger`` emits one event per message, for ``AssetWatcher`` (event-driven scheduling). It runs
-  in the triggerer's ack mode: rows are claimed (locked, not deleted) when emitted, and deleted only once
-  Airflow has stored the asset events, so a triggerer crash returns them to the queue.
+- ``SqlQueueMessageTrigger`` emits one event per claimed batch of messages, for ``AssetWatcher`` (event-driven
+  scheduling). It runs in the triggerer's ack mode: rows are claimed (locked, not deleted) when emitted, and
+  deleted only once Airflow has stored the asset event, so a triggerer crash returns them to the queue.
+  ``event_messages(context)`` gives a task the messages of the events that triggered its run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import json
 import logging
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import aclosing
@@ -22,6 +23,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedSt
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
+from airflow_sqlqueue.transport.payload import to_payload
 from airflow_sqlqueue.transport.redaction import describe
 from airflow_sqlqueue.transport.validation import check_count, is_number
 from airflow_sqlqueue.transport.wakeups import Wakeups
@@ -144,41 +146,95 @@ class SqlQueueTrigger(BaseTrigger):
 
 
 # -- message trigger (ack mode) ------------------------------------------------------------------------
-def message_payload(message: ReceivedMessage, max_body_bytes: int | None = None) -> dict[str, Any]:
-    """The JSON-serialisable event payload of one message.
+#: Defaults of the event trigger: most messages in one event, most bytes of one event's payload, and the
+#: shortest time between two events of one queue.
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
+DEFAULT_EVENT_INTERVAL = 5.0
+DEFAULT_MAX_BODY_BYTES = 65536
 
-    ``body`` is the UTF-8 text of the body; a body that is not UTF-8 comes as ``body_base64`` instead. A body
-    larger than ``max_body_bytes`` is left out (``body_omitted`` true, ``body_size`` says how big it was):
-    event payloads are stored in Airflow's metadata database.
+
+def message_payload(message: ReceivedMessage, max_body_bytes: int | None = None) -> dict[str, Any]:
+    """The JSON form of one message in an event (``transport.payload``): ``queue``, ``id``, ``message_id``,
+    ``seq``, ``headers``, ``body_size`` and ``body`` (UTF-8 text), ``body_base64`` or ``body_omitted``."""
+    return to_payload(message, max_body_bytes=max_body_bytes)
+
+
+def _size(item: dict[str, Any]) -> int:
+    return len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) + 1
+
+
+def batch_payload(queue: str, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The payload of one event: ``{"queue", "count", "first_seq", "last_seq", "messages": [...]}``."""
+    return {"queue": queue, "count": len(items), "first_seq": items[0]["seq"], "last_seq": items[-1]["seq"],
+            "messages": list(items)}
+
+
+def fit_event(messages: Sequence[ReceivedMessage], max_event_bytes: int,
+              max_body_bytes: int | None) -> list[dict[str, Any]]:
+    """The payloads of the first messages (oldest first) whose JSON fits in ``max_event_bytes``.
+
+    The first message always goes in (its body left out if even alone it does not fit); the caller releases the
+    rest back to the queue for the next event.
     """
-    payload: dict[str, Any] = {
-        "queue": message.queue,
-        "id": str(message.id),
-        "message_id": message.message_id,
-        "seq": message.seq,
-        "headers": dict(message.headers),
-        "body_size": None if message.body is None else len(message.body),
-    }
-    body = message.body
-    if body is None:
-        payload["body"] = None
-    elif max_body_bytes is not None and len(body) > max_body_bytes:
-        payload["body_omitted"] = True
-    else:
-        try:
-            payload["body"] = body.decode("utf-8")
-        except UnicodeDecodeError:
-            payload["body_base64"] = base64.b64encode(body).decode("ascii")
-    return payload
+    items: list[dict[str, Any]] = []
+    used = 200  # the envelope: queue, count, first_seq, last_seq
+    for message in messages:
+        item = message_payload(message, max_body_bytes)
+        size = _size(item)
+        if used + size > max_event_bytes:
+            if items:
+                break
+            item = message_payload(message, 0 if message.body else None)  # alone and too big: body left out
+            size = _size(item)
+        items.append(item)
+        used += size
+    return items
+
+
+def event_messages(context: Any, queue: str | None = None) -> list[dict[str, Any]]:
+    """The messages of the asset events that triggered this DAG run, for a task of an event-driven DAG.
+
+    Each is the JSON form of one message (``id``, ``message_id``, ``seq``, ``queue``, ``headers``, ``body`` or
+    ``body_base64``; ``transport.payload.from_payload`` turns one into a ``ReceivedMessage``), in queue order
+    (by ``queue`` then ``seq``), each ``id`` once even when a crash delivered it twice. Events of other triggers
+    are skipped; ``queue`` keeps only the messages of that queue.
+
+    :param context: the task's context (``get_current_context()`` or the ``**context`` of a ``@task``).
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            extra = getattr(event, "extra", None) or {}
+            payload = extra.get("payload") if isinstance(extra, dict) else None
+            if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+                continue
+            for item in payload["messages"]:
+                if queue is not None and item.get("queue") != queue:
+                    continue
+                seen.setdefault(str(item.get("id")), item)
+    return sorted(seen.values(), key=lambda item: (str(item.get("queue")), int(item.get("seq") or 0)))
+
+
+class MessagesEvent(TriggerEvent):
+    """The event of a claimed batch. Its text (Airflow's triggerer logs every event at INFO) names the queue, the
+    count and the sequence range, never a body or a header: messages may hold personal data."""
+
+    def __repr__(self) -> str:
+        payload = self.payload if isinstance(self.payload, dict) else {}
+        return (f"MessagesEvent<queue={payload.get('queue')!r} count={payload.get('count')} "
+                f"seq={payload.get('first_seq')}..{payload.get('last_seq')}>")
+
+    __str__ = __repr__
 
 
 class RejectedBySubscriberError(SqlQueueError):
-    """A trigger refused the message (``reject_shared_stream_event``); it goes to the error queue."""
+    """A trigger refused the event (``reject_shared_stream_event``); its messages go to the error queue."""
 
 
 class ClaimedBatch:
     """The trigger's view of a core ``Claim``: up to N of the oldest rows of one queue, locked (not deleted) in one
-    open transaction until each is settled by the outcome Airflow reports for its event.
+    open transaction, emitted as one event and settled together by the outcome Airflow reports for it.
 
     Every method is blocking: call it through ``asyncio.to_thread``.
     """
@@ -188,6 +244,8 @@ class ClaimedBatch:
         self.address = address
         self.claim: Claim | None = None
         self.messages: list[ReceivedMessage] = []
+        #: The messages in the event (the others were released for the next event).
+        self.emitted: list[ReceivedMessage] = []
 
     @property
     def number(self) -> int:
@@ -204,26 +262,29 @@ class ClaimedBatch:
     def open(self, batch_size: int) -> None:
         """Lock up to ``batch_size`` rows; expired rows are dropped and poison rows moved to the error queue."""
         self.claim = self.transport.claim(self.address, batch_size)
-        self.messages = self.claim.messages
+        self.messages = sorted(self.claim.messages, key=lambda m: m.seq)
 
-    def settle(self, items: Sequence[tuple[int, AdvanceOutcome]]) -> bool:
-        """Settle messages by their outcome; commit once every one is settled. Return whether the claim ended."""
+    def keep(self, count: int) -> None:
+        """Emit the first ``count`` messages; release the rest (received again by the next claim)."""
+        assert self.claim is not None
+        self.emitted = self.messages[:count]
+        for message in self.messages[count:]:
+            self.claim.release(message)
+
+    def settle(self, outcome: AdvanceOutcome) -> None:
+        """Settle the event's messages by its outcome and end the claim: stored -> deleted; rejected -> error
+        queue; failed or nobody subscribed -> left in the queue (emitted again)."""
         claim = self.claim
         if claim is None or claim.closed:
-            return True
-        for seq, outcome in items:
-            if claim.message(seq) is None:
-                continue
+            return
+        for message in self.emitted:
             if outcome.rejected:
-                claim.reject(seq, RejectedBySubscriberError("an Airflow trigger rejected the message"))
+                claim.reject(message, RejectedBySubscriberError("an Airflow trigger rejected the event"))
             elif outcome.is_clean:
-                claim.ack(seq)
+                claim.ack(message)
             else:
-                claim.release(seq)  # stays in the queue: delivered again after this claim ends
-        if claim.unsettled:
-            return False
+                claim.release(message)
         claim.commit()
-        return True
 
     def commit(self) -> None:
         """End the claim keeping what was settled (rows not settled yet return to the queue)."""
@@ -239,32 +300,47 @@ class ClaimedBatch:
 class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
-    ``open_stream`` claims a batch of rows and yields one raw event per message; it claims the next batch
-    only after Airflow advanced every event of this one. ``advance`` deletes the messages whose asset events
-    were stored, moves rejected ones to the error queue, and leaves failed ones in the queue (they are
-    delivered again). See ``SqlQueueMessageTrigger`` for the parameters.
+    ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages; it claims the next
+    batch only after Airflow advanced that event, and no sooner than ``event_interval`` after the previous
+    event. ``advance`` deletes the batch once its asset events were stored, moves a rejected batch to the error
+    queue, and leaves a failed one in the queue (emitted again). See ``SqlQueueMessageTrigger`` for the parameters.
     """
 
-    def __init__(self, conn_id: str, queue_name: str, batch_size: int = 100, poll_interval: float = 2.0,
-                 error_queue: str = "error", max_body_bytes: int | None = 65536) -> None:
+    def __init__(self, conn_id: str, queue_name: str, batch_size: int = DEFAULT_BATCH_SIZE,
+                 poll_interval: float = 2.0, error_queue: str = "error",
+                 max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
+                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None) -> None:
         self.conn_id = conn_id
         self.queue_name = queue_name
         self.batch_size = batch_size
         self.poll_interval = poll_interval
+        self.max_poll_interval = max_poll_interval
         self.error_queue = error_queue
         self.max_body_bytes = max_body_bytes
+        self.event_interval = event_interval
+        self.max_event_bytes = max_event_bytes
         self.transport: SqlQueueTransport | None = None
         self._connection: Any = None
         self._claim: ClaimedBatch | None = None
         self._settled = asyncio.Event()
         self._closing = False
+        self._last_event = float("-inf")
 
-    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], tuple[int, int]]]:
+    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], int]]:
         self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
         address = self.transport.address(self.queue_name)
+        name = self.transport.name(address)
+        loop = asyncio.get_running_loop()
         failures = 0
+        wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
+        if await asyncio.to_thread(wakeups.start):  # before the first claim: no send is missed in between
+            log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback", name,
+                     self.poll_interval)
         try:
             while not self._closing:
+                wait = self._last_event + self.event_interval - loop.time()
+                if wait > 0:  # at most one event per event_interval: messages meanwhile join the next batch
+                    await asyncio.sleep(wait)
                 claim = ClaimedBatch(self.transport, address)
                 self._claim = claim
                 self._settled.clear()
@@ -272,41 +348,53 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     await asyncio.to_thread(claim.open, self.batch_size)
                     failures = 0
                 except Exception as exc:
+                    self._claim = None
                     failures += 1
                     if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
                         raise
-                    log.warning("claiming messages of %s failed (%d/%d), retrying: %s", self.queue_name,
-                                failures, MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
+                    log.warning("claiming messages of %s failed (%d/%d), retrying: %s", name, failures,
+                                MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
                     await asyncio.sleep(self.poll_interval)
                     continue
                 if not claim.messages:
                     await asyncio.to_thread(claim.commit)  # keeps the drops of expired and poison rows
                     self._claim = None
-                    if not claim.locked:
-                        await asyncio.sleep(self.poll_interval)
+                    if not claim.locked:  # empty: a wake-up, the poll interval, or the idle back-off
+                        await wakeups.wait_async(found=False)
                     continue
-                for message in claim.messages:
-                    yield message_payload(message, self.max_body_bytes), (claim.number, message.seq)
+                wakeups.next_pause(found=True)  # messages: the idle back-off starts over
+                items = fit_event(claim.messages, self.max_event_bytes, self.max_body_bytes)
+                if len(items) < len(claim.messages):
+                    await asyncio.to_thread(claim.keep, len(items))
+                else:
+                    claim.emitted = claim.messages
+                payload = batch_payload(name, items)
+                log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
+                         len(items), payload["first_seq"], payload["last_seq"],
+                         sum(len(m.body or b"") for m in claim.emitted),
+                         f"; {len(claim.messages) - len(items)} left for the next event (max_event_bytes)"
+                         if len(items) < len(claim.messages) else "")
+                log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
+                self._last_event = loop.time()
+                yield payload, claim.number
                 await self._settled.wait()
                 self._claim = None
-                if claim.released:  # failed events are delivered again, but not in a tight loop
+                if claim.released and not self._closing:  # a failed event is emitted again, not in a tight loop
                     await asyncio.sleep(self.poll_interval)
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
             claim, self._claim = self._claim, None
             if claim is not None:
                 await asyncio.to_thread(claim.abandon)
+            await asyncio.to_thread(wakeups.close)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         claim = self._claim
-        items = []
         for item in batch:
-            number, seq = item.broker_payload
-            if claim is None or number != claim.number:
-                log.warning("advance for message seq %s of an ended claim ignored (it was returned to %s)",
-                            seq, self.queue_name)
+            if claim is None or item.broker_payload != claim.number:
+                log.warning("advance of an event of an ended claim ignored (its messages were returned to %s)",
+                            self.queue_name)
                 continue
-            items.append((seq, item.outcome))
-        if claim is not None and items and await asyncio.to_thread(claim.settle, items):
+            await asyncio.to_thread(claim.settle, item.outcome)
             self._settled.set()
 
     async def aclose(self) -> None:
@@ -320,42 +408,66 @@ class SqlQueueStreamProducer(SharedStreamProducer):
 
 
 class SqlQueueMessageTrigger(BaseEventTrigger):
-    """One event per message of a queue, for ``AssetWatcher``: a DAG run is scheduled by messages arriving.
+    """Asset events carrying the messages of a queue, for ``AssetWatcher``: messages schedule DAG runs.
 
-    The triggerer runs it in ack mode: a message is claimed (locked, not deleted) when its event is emitted,
-    and deleted only after Airflow stored the asset event. Two triggerers never emit the same message; if the
-    triggerer dies in between, the message returns to the queue and is emitted again later. Messages whose
-    event failed are delivered again; rejected ones go to the error queue. Several DAGs watching the same
-    queue share one poll, and each message is deleted once all of them stored their events.
+    Each event carries one claimed batch: up to ``batch_size`` of the oldest messages, at most
+    ``max_event_bytes`` of JSON, and at most one event per ``event_interval`` seconds per queue (messages that
+    arrive meanwhile join the next event). One event per batch, spaced, is what Airflow 3.3's scheduler turns
+    into DAG runs without leaving events behind (events stored while it creates a run for the same asset can
+    wait for the next event: apache/airflow#56050, #56749); one event per message hit that on most bursts.
 
-    The payload (stored as the asset event's ``extra["payload"]``) is ``{"queue", "id", "message_id", "seq",
-    "headers", "body" (UTF-8 text) or "body_base64", "body_size"}``. Bursts can be coalesced into one DAG run
-    and arrive out of order: sort by ``seq`` and make downstream tasks idempotent (by ``id``).
+    The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
+    deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
+    every message is in a stored event at least once; if the triggerer dies after Airflow stored the event but
+    before the delete committed, the batch is emitted again (duplicates only after a crash, always with the same
+    ``id``). A failed event is emitted again; a rejected one goes to the error queue. Several DAGs watching the
+    same queue share one poll, and the batch is deleted once all of them stored their events.
+
+    The payload (stored as the asset event's ``extra["payload"]``) is ``{"queue", "count", "first_seq",
+    "last_seq", "messages": [...]}``, each message ``{"queue", "id", "message_id", "seq", "headers",
+    "body_size", "body" | "body_base64" | "body_omitted"}``. A run can hold several events: iterate with
+    ``event_messages(context)`` (queue order, each ``id`` once) and make the work idempotent by ``id``.
 
     :param conn_id: an Airflow connection of type ``mssql``, ``odbc``, ``postgres`` or ``sqlite``.
     :param queue_name: the queue address.
-    :param batch_size: most messages claimed at once.
+    :param batch_size: most messages in one event (default 500).
     :param poll_interval: seconds between two polls of an empty queue (at least 0.1).
     :param error_queue: where rejected messages and rows with unreadable headers go.
     :param max_body_bytes: bodies larger than this are left out of the payload (None: never).
+    :param event_interval: shortest time in seconds between two events of this queue (default 5).
+    :param max_event_bytes: most bytes of one event's payload (default 1 MiB); messages that do not fit stay
+        in the queue for the next event.
+    :param max_poll_interval: the longest pause between polls while the queue stays empty (idle back-off;
+        default 4 x ``poll_interval``). On a PostgreSQL queue with the wake-up trigger (``notify=True``) a send
+        wakes the trigger at once and ``poll_interval`` is only the fallback period.
     """
 
-    def __init__(self, conn_id: str, queue_name: str, batch_size: int = 100, poll_interval: float = 2.0,
-                 error_queue: str = "error", max_body_bytes: int | None = 65536) -> None:
+    def __init__(self, conn_id: str, queue_name: str, batch_size: int = DEFAULT_BATCH_SIZE,
+                 poll_interval: float = 2.0, error_queue: str = "error",
+                 max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
+                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None) -> None:
         super().__init__()
         check_count(batch_size, "batch_size")
+        check_count(max_event_bytes, "max_event_bytes")
+        if not is_number(event_interval) or event_interval < 0:
+            raise ValueError(f"{type(self).__name__}: event_interval must be a number of seconds >= 0, got "
+                             f"{event_interval!r}")
         self.conn_id = conn_id
         self.queue_name = queue_name
         self.batch_size = batch_size
         self.poll_interval = check_poll_interval(poll_interval, type(self).__name__)
         self.error_queue = error_queue
         self.max_body_bytes = max_body_bytes
+        self.event_interval = float(event_interval)
+        self.max_event_bytes = max_event_bytes
+        self.max_poll_interval = max_poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"conn_id": self.conn_id, "queue_name": self.queue_name, "batch_size": self.batch_size,
                  "poll_interval": self.poll_interval, "error_queue": self.error_queue,
-                 "max_body_bytes": self.max_body_bytes})
+                 "max_body_bytes": self.max_body_bytes, "event_interval": self.event_interval,
+                 "max_event_bytes": self.max_event_bytes, "max_poll_interval": self.max_poll_interval})
 
     def shared_stream_key(self) -> Hashable | None:
         return ("airflow_sqlqueue", self.conn_id, self.queue_name, self.error_queue)
@@ -366,15 +478,15 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         async for raw_event in shared_stream:
-            yield TriggerEvent(raw_event)
+            yield MessagesEvent(raw_event)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Fallback outside ack mode: a message is deleted once the triggerer took its event (not stored)."""
+        """Fallback outside ack mode: a batch is deleted once the triggerer took its event (not stored)."""
         producer = self.create_shared_stream_producer(self.serialize()[1])
         try:
             async with aclosing(producer.open_stream()) as stream:
                 async for raw_event, broker_payload in stream:
-                    yield TriggerEvent(raw_event)
+                    yield MessagesEvent(raw_event)
                     await producer.advance([AdvanceItem(broker_payload, AdvanceOutcome(acked=1, failed=0))])
         finally:
             await producer.aclose()
