@@ -239,7 +239,8 @@ def test_poison_and_expired_rows_are_not_emitted(queues: Db, monkeypatch: pytest
 
 def test_messages_over_max_event_bytes_wait_for_the_next_event(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     queues.transport.send_many(queues.q("orders"), [OutgoingMessage(body="x" * 1000) for _ in range(5)])
-    producer = producer_for(queues, airflow_conn(queues, monkeypatch), max_event_bytes=3000)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), max_event_bytes=3000,
+                            event_interval=0)  # the split is under test here, not the spacing
 
     async def scenario() -> list[int]:
         stream = producer.open_stream()
