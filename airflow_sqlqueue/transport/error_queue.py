@@ -13,6 +13,7 @@ from .dialects import RawRow
 from .errors import InvalidAddressError
 from .headers import PoisonHeadersError, parse_headers
 from .messages import ReceivedMessage
+from .queue import FIRST_SEQ, native_id_param
 
 if TYPE_CHECKING:
     from .transport import SqlQueueTransport
@@ -105,7 +106,7 @@ def failure_of(raw_headers: str | None) -> Failure:
 
 def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:
     """Every row of an error queue, oldest first, read page by page without taking any."""
-    after = 0
+    after = FIRST_SEQ
     while True:
         rows = transport.browse(error_queue, after_seq=after, limit=page)
         yield from rows
@@ -150,7 +151,7 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
     """
     dialect = transport.dialect
     summary = RetrySummary()
-    after = 0
+    after = FIRST_SEQ
     error_name = dialect.format_address(error_queue)
     known: dict[QueueAddress, bool] = {}
 
@@ -159,12 +160,12 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
         last = after
         rows = dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": BATCH},
                                **dialect.identifiers(error_queue)).fetchall()
-        rows = sorted((dialect.to_raw_row(r) for r in rows), key=lambda r: r.seq)
-        for row in rows:
+        rows = sorted(((dialect.to_raw_row(r), r[0]) for r in rows), key=lambda pair: pair[0].seq)
+        for row, native_id in rows:
             if max_messages is not None and summary.total_returned + part.total_returned >= max_messages:
                 break
             last = row.seq
-            reason = _return_one(transport, cur, error_queue, row, select, known, part)
+            reason = _return_one(transport, cur, error_queue, row, native_id, select, known, part)
             if reason:
                 part.left.append({"id": str(row.id), "reason": reason})
         return len(rows), last, part
@@ -181,7 +182,7 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
     return summary
 
 
-def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any,
+def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any, native_id: Any,
                 select: Callable[[ReceivedMessage], bool] | None, known: dict[QueueAddress, bool],
                 part: RetrySummary) -> str | None:
     """Move one row back to its FailedQ; return why it stays, or None."""
@@ -205,8 +206,9 @@ def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddres
         known[target] = dialect.table_exists(cur, target)
     if not known[target]:
         return f"queue {target_text} does not exist"
-    dialect.execute(cur, "insert_raw", {"id": dialect.id_param(row.id), "headers": restored_headers(row.headers),
-                                        "body": row.body}, **dialect.identifiers(target))
+    dialect.execute(cur, "insert_raw", {"id": native_id_param(dialect, native_id),
+                                        "headers": restored_headers(row.headers), "body": row.body},
+                    **dialect.identifiers(target))
     dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **dialect.identifiers(error_queue))
     key = dialect.format_address(target)
     part.returned[key] = part.returned.get(key, 0) + 1

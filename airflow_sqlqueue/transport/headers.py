@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
@@ -37,6 +38,7 @@ MAX_HEADERS_CHARS = 1_000_000
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps builds one per call
 _STR = {str}
 _STR_OR_NONE = {str, type(None)}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class PoisonHeadersError(ValueError):
@@ -46,7 +48,8 @@ class PoisonHeadersError(ValueError):
 def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX_HEADERS_CHARS) -> str:
     """Serialize headers as upstream does: compact JSON object, ``/`` as ``\\/``, non-ASCII unescaped.
 
-    ``limit`` guards new sends; copying a stored row (error queue, forwarding) passes ``None``.
+    ``limit`` guards new sends; copying a stored row (error queue, forwarding) passes ``None``: a lone surrogate
+    there (read from a valid JSON escape such as ``"\\ud800"``) is written back as the same escape, never refused.
     """
     if not isinstance(headers, Mapping):
         raise InvalidMessageError(
@@ -58,7 +61,9 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
             text.encode("utf-8")
             return _within_limit(text.replace("/", "\\/"), limit)
         except UnicodeEncodeError:
-            pass  # a lone surrogate: the loops below name the header
+            if limit is None:  # a stored row: keep the text exactly, as the JSON escape it was read from
+                return escape_surrogates(text).replace("/", "\\/")
+            # a new send: the loops below name the header
     for key, value in headers.items():
         if not isinstance(key, str):
             raise InvalidMessageError(f"header names must be str, got {key!r}; convert the name to text")
@@ -77,6 +82,11 @@ def serialize_headers(headers: Mapping[str, str | None], limit: int | None = MAX
     return _within_limit(_ENCODER.encode(dict(headers)).replace("/", "\\/"), limit)
 
 
+def escape_surrogates(json_text: str) -> str:
+    """JSON text with each lone surrogate written as its ``\\uXXXX`` escape (valid JSON, read back the same)."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04X}", json_text)
+
+
 def _within_limit(text: str, limit: int | None) -> str:
     if limit is not None and len(text) > limit:
         raise InvalidMessageError(
@@ -93,6 +103,8 @@ def parse_headers(text: str | None) -> dict[str, str | None]:
         value = json.loads(text)
     except ValueError as exc:
         raise PoisonHeadersError(f"Headers are not valid JSON: {exc}") from None
+    except RecursionError:
+        raise PoisonHeadersError("Headers are JSON nested too deeply to read") from None
     if not isinstance(value, dict):
         raise PoisonHeadersError(f"Headers are JSON {type(value).__name__}, not an object")
     if set(map(type, value.values())) <= _STR_OR_NONE:  # fast path, once per received message

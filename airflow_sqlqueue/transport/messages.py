@@ -154,3 +154,29 @@ def native_uuid(value: Any) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         return uuid.uuid5(NATIVE_ID_NAMESPACE, repr(value))
+
+
+def as_text(value: Any) -> str | None:
+    """A column meant to hold text (Headers), whatever it held: bytes that are not UTF-8 keep each bad byte as an
+    escape, a number becomes its text (SQLite stores what a foreign program gave it)."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def as_body(value: Any) -> bytes | None:
+    """A Body column as bytes, whatever it held: text as its UTF-8 (lone surrogates kept), a number as its text,
+    never ``bytes(n)`` (that many zero bytes, or a MemoryError)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape")  # bytes SQLite could not decode come back as they were
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+    return str(value).encode("utf-8")
+

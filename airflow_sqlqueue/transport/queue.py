@@ -26,7 +26,7 @@ from .dialects import Dialect
 from .errors import ForwardRefusedError, InvalidAddressError, QueueNotFoundError
 from .failures import PoisonMessageError, failure_headers
 from .headers import PoisonHeadersError, parse_headers
-from .messages import ReceivedMessage, native_uuid
+from .messages import ReceivedMessage, as_body, as_text, native_uuid
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ _BYTES = bytes
 _STR = str
 _DICT = dict
 _seq_of = itemgetter(1)
+#: Below every position a row can hold (another program may insert a seq of 0 or below): "from the start".
+FIRST_SEQ = -(2**63)
 
 
 @dataclass
@@ -130,7 +132,7 @@ class TableQueue:
     def _unusual(self, cursor: Any, row: Sequence[Any], stats: ReceiveStats) -> ReceivedMessage | None:
         """Decide a row the fast path did not take: a message, or None once it was settled here."""
         raw_id, seq, expired, text, body = row
-        text = _as_text(text)
+        text = as_text(text)
         try:
             headers = parse_headers(text)
         except (PoisonHeadersError, ValueError, RecursionError, MemoryError) as exc:
@@ -141,7 +143,7 @@ class TableQueue:
         if expired:
             stats.expired += 1
             return None
-        body = _as_body(body)
+        body = as_body(body)
         forward = headers.pop(h.FORWARD_DESTINATION, None)
         if forward is not None:
             target = self._forward_target(forward)
@@ -197,8 +199,9 @@ class TableQueue:
     def insert(self, cursor: Any, native_id: Any, headers_text: str, body: bytes | None) -> None:
         """Insert a row as it is (Id given, no Expires). A NULL body is written as empty bytes: NULL stops a .NET
         PostgreSQL receiver and ServiceControl's ingestion."""
-        self.dialect.execute(cursor, "insert_raw", {"id": _id_param(self.dialect, native_id), "headers": headers_text,
-                                                    "body": b"" if body is None else body}, **self.ids)
+        self.dialect.execute(cursor, "insert_raw", {"id": native_id_param(self.dialect, native_id),
+                                                    "headers": headers_text, "body": b"" if body is None else body},
+                             **self.ids)
 
     def dead_letter(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None,
                     exc: BaseException) -> None:
@@ -209,7 +212,7 @@ class TableQueue:
     def dead_letter_raw(self, cursor: Any, native_id: Any, text: str | None, body: Any, exc: BaseException) -> None:
         """Copy a row whose headers cannot be read into the error queue, keeping their text under a header."""
         headers = {**failure_headers(self.name, exc), h.RAW_HEADERS: "" if text is None else text}
-        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), _as_body(body))
+        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), as_body(body))
 
 
 class QueueBook:
@@ -273,31 +276,17 @@ class QueueBook:
         self._existing.discard(queue.address)
 
 
-def _as_text(value: Any) -> str | None:
-    """Headers as text, whatever the column held (bytes that are not UTF-8 keep their bytes as escapes)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "backslashreplace")
-    return str(value)
-
-
-def _as_body(value: Any) -> bytes | None:
-    """A body as bytes, whatever the column held: text as UTF-8, a number as its text (never that many zeros)."""
-    if value is None or type(value) is bytes:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    return str(value).encode("utf-8")
-
-
-def _id_param(dialect: Dialect, native_id: Any) -> Any:
-    """A native id for an insert: a UUID as the dialect binds it; a loose SQLite id as it was (NULL: a new UUID)."""
+def native_id_param(dialect: Dialect, native_id: Any) -> Any:
+    """A native id for an insert (the Id column as a row held it, written back unchanged): a UUID as the dialect
+    binds it; a loose SQLite id as it was (NULL: a new UUID)."""
     if isinstance(native_id, uuid.UUID):
         return dialect.id_param(native_id)
     if dialect.loose_types and native_id is not None:
+        if isinstance(native_id, str):
+            try:
+                native_id.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that were not UTF-8: written back as those bytes
+                return as_body(native_id)
         return native_id  # SQLite keeps whatever the row held
     return dialect.id_param(native_uuid(native_id) if native_id is not None else uuid.uuid4())
 

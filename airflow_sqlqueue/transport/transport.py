@@ -28,7 +28,7 @@ from .maintenance import check, purge_expired
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .pump import MessagePump, ProcessSummary
-from .queue import QueueBook, ReceiveStats
+from .queue import FIRST_SEQ, QueueBook, ReceiveStats
 from .recoverability import Recoverability
 from .sending import Outbox
 from .session import Session
@@ -251,8 +251,8 @@ class SqlQueueTransport:
         except (PoisonHeadersError, ValueError, RecursionError):
             return None
 
-    def browse(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 100) -> list[RawRow]:
-        """Rows after a position, without taking them (for listing an error queue)."""
+    def browse(self, queue: str | QueueAddress, *, after_seq: int = FIRST_SEQ, limit: int = 100) -> list[RawRow]:
+        """Rows after a position (default: from the first row, whatever its seq), without taking them."""
         table = self.book.queue(queue)
         check_count(limit, "limit")
         return self.run(lambda cur: [self.dialect.to_raw_row(r) for r in self.dialect.execute(

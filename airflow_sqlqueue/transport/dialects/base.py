@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from ..address import QueueAddress
 from ..errors import UnsupportedConnectionError
+from ..messages import as_body, as_text, native_uuid
 from ..sqlfile import Statement, load_statements
 
 Row = Sequence[Any]
@@ -199,13 +200,10 @@ class Dialect:
         return str(value)
 
     def to_raw_row(self, row: Row) -> RawRow:
-        """Normalize (id, seq, expired, headers, body) as returned by receive statements."""
+        """Normalize (id, seq, expired, headers, body) as returned by receive statements, whatever the columns held
+        (an id that is not a UUID reads as the UUID derived from it, see ``native_uuid``)."""
         raw_id, seq, expired, headers, body = row
-        if not isinstance(raw_id, uuid.UUID):
-            raw_id = uuid.UUID(str(raw_id))
-        if body is not None and not isinstance(body, bytes):
-            body = bytes(body)
-        return RawRow(raw_id, int(seq), bool(expired), headers, body)
+        return RawRow(native_uuid(raw_id), int(seq), bool(expired), as_text(headers), as_body(body))
 
     # -- operations a dialect may do differently --------------------------------------------------
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
