@@ -67,6 +67,7 @@ class SqlQueueTransport:
         self.book = QueueBook(self.dialect, error_queue, forward_to)
         self.outbox = Outbox(self.book)
         self.error_queue = self.book.error.address
+        self._connection_limit: int | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SqlQueueTransport:
@@ -196,8 +197,31 @@ class SqlQueueTransport:
         if the process dies: uncommitted batches return to the queue. ``breaker`` replaces the default 30 s
         circuit breaker.
         """
+        self.check_concurrency(concurrency)
         return drain(self.session, self.book.queue(queue), sink, max_messages=max_messages,
                      max_duration=max_duration, batch_size=batch_size, concurrency=concurrency, breaker=breaker)
+
+    def check_concurrency(self, concurrency: int) -> None:
+        """Raise ValueError unless ``concurrency`` receivers (one connection each, plus one for sends and peeks)
+        fit the database: SQLite at most ``receiver_cap`` (64); PostgreSQL and SQL Server the connections the
+        server allows (PostgreSQL: max_connections less reserved slots, or a lower database or role limit)."""
+        check_count(concurrency, "concurrency")
+        cap = self.dialect.receiver_cap
+        if cap is not None:
+            if concurrency > cap:
+                raise ValueError(f"concurrency={concurrency} is over {cap}, the most receivers this provider runs on "
+                                 f"{self.dialect.name} (one writer at a time: more only wait for the write lock)")
+            return
+        if self._connection_limit is None:
+            self._connection_limit = self.run(self.dialect.connection_limit, what="read the connection limit",
+                                              read_only=True) or 0
+        limit = self._connection_limit
+        if limit and concurrency > limit - 1:
+            raise ValueError(
+                f"concurrency={concurrency} needs {concurrency + 1} connections, but the {self.dialect.name} server "
+                f"allows {limit} for clients like this one (PostgreSQL: max_connections less the reserved "
+                f"connections, or a lower CONNECTION LIMIT of the database or role); use at most {limit - 1} "
+                "receivers, fewer when other programs connect too")
 
     # -- processing with a handler ---------------------------------------------------------------
     def pump(self, queue: str | QueueAddress, handler: Callable[..., Any], *,
@@ -208,6 +232,7 @@ class SqlQueueTransport:
         """A ``MessagePump`` for ``queue`` (``process`` runs one); ``breaker`` and ``failures`` replace the
         defaults (a 30 s circuit breaker, immediate-failure counts for 10,000 messages)."""
         table = self.book.queue(queue)
+        self.check_concurrency(concurrency)
         recoverability = Recoverability(immediate_retries, delayed_retries, delayed_retry_delay, failures)
         if delayed_retries:
             self.run(lambda cur: self.book.require(cur, self.dialect.delayed_address(table.address)),

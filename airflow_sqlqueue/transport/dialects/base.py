@@ -69,6 +69,8 @@ class Dialect:
     single_writer: bool = False
     #: Columns hold values of any type whatever their declared type (SQLite): rows are read defensively.
     loose_types: bool = False
+    #: Most receivers at once where the database has no connection limit to ask (SQLite), else None.
+    receiver_cap: int | None = None
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
@@ -198,6 +200,13 @@ class Dialect:
     def id_param(self, value: uuid.UUID) -> Any:
         """A message id as the driver binds it."""
         return str(value)
+
+    def connection_limit(self, cursor: Any) -> int | None:
+        """Connections a client may open at once on this database (None: no limit to ask for)."""
+        if "connection_limit" not in self.statements:
+            return None
+        value = self.scalar(cursor, "connection_limit")
+        return None if value is None else int(value)
 
     def to_raw_row(self, row: Row) -> RawRow:
         """Normalize (id, seq, expired, headers, body) as returned by receive statements, whatever the columns held

@@ -21,6 +21,8 @@ class SqliteDialect(Dialect):
     queue_ddl = ("create_queue_table", "create_queue_expires_index")
     single_writer = True
     loose_types = True
+    #: One writer at a time: more receivers than this only queue for the write lock (and hold threads).
+    receiver_cap = 64
 
     def __init__(self, paramstyle: str = "named") -> None:
         super().__init__(paramstyle)

@@ -320,3 +320,7 @@ ALTER INDEX ALL ON {queue} REORGANIZE
 -- Turn a CLUSTERED Index_RowVersion (tables made before 2020) into the NONCLUSTERED one; one batch, one transaction.
 DROP INDEX {seq_index} ON {queue};
 CREATE NONCLUSTERED INDEX {seq_index} ON {queue} (RowVersion)
+
+-- connection_limit --
+-- Connections the server allows at once (the 'user connections' setting; 32,767 when it is 0, the default).
+SELECT @@MAX_CONNECTIONS

@@ -188,3 +188,12 @@ FROM pg_stat_user_tables WHERE schemaname = %(schema_name)s AND relname = %(tabl
 -- vacuum_table --
 -- Reclaim dead tuples left by receives (runs outside a transaction).
 VACUUM (ANALYZE) {queue}
+
+-- connection_limit --
+-- Connections other clients can open at once: max_connections less the slots kept for superusers and (PostgreSQL
+-- 16+) for roles with pg_use_reserved_connections; the per-database and per-role limits when lower.
+SELECT LEAST(
+    current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+        - COALESCE(NULLIF(current_setting('reserved_connections', true), '')::int, 0),
+    COALESCE(NULLIF((SELECT datconnlimit FROM pg_database WHERE datname = current_database()), -1), 2147483647),
+    COALESCE(NULLIF((SELECT rolconnlimit FROM pg_roles WHERE rolname = current_user), -1), 2147483647))
