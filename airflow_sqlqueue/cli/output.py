@@ -12,7 +12,7 @@ from typing import Any
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport import headers as h
 
-from .terminal import printable
+from .terminal import printable, printable_json
 
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:
@@ -36,9 +36,9 @@ def message_line(message: ReceivedMessage) -> str:
 
 
 def json_line(obj: Any) -> str:
-    """One JSON object as a line: non-ASCII as it is, a lone surrogate (from a stored ``"\\ud800"`` escape) as
-    that escape again (valid JSON that reads back the same; it cannot be written as UTF-8 raw)."""
-    return h.escape_surrogates(json.dumps(obj, ensure_ascii=False, default=str))
+    """One JSON object as a line: non-ASCII as it is, except controls, bidi and invisible characters and lone
+    surrogates (from a stored ``"\\ud800"`` escape), written as JSON escapes (the same value for a parser)."""
+    return printable_json(json.dumps(obj, ensure_ascii=False, default=str))
 
 
 def emit_json(obj: Any) -> None:

@@ -39,3 +39,18 @@ def printable(text: object) -> str:
 def printable_lines(text: str) -> str:
     """Several lines (a traceback, a log record): each line made ``printable``, the line breaks kept."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def printable_json(json_text: str) -> str:
+    """JSON text (as ``json.dumps(..., ensure_ascii=False)`` writes it) with the same characters ``printable``
+    escapes written as JSON escapes: the same value for a parser, nothing a terminal acts on (lone surrogates
+    included, which could not be written as UTF-8 at all)."""
+    return UNSAFE.sub(_json_escape, json_text)

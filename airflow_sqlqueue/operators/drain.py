@@ -189,11 +189,12 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
 
     # -- list for .expand() ------------------------------------------------------------------------------
     def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[dict[str, Any]]:
-        seen = {item["id"] for item in spool.items}
+        # a row is known by id and position: rows of other programs may share an id (SQLite), and each is delivered
+        seen = {(item["id"], item.get("seq")) for item in spool.items}
 
         def sink(messages: list[ReceivedMessage]) -> int:
-            new = [message_to_dict(m) for m in messages if str(m.id) not in seen]
-            seen.update(item["id"] for item in new)
+            new = [message_to_dict(m) for m in messages if (str(m.id), m.seq) not in seen]
+            seen.update((item["id"], item.get("seq")) for item in new)
             spool.add(new)
             return len(new)
 

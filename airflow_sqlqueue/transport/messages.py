@@ -90,12 +90,13 @@ class ReceivedMessage:
     :param headers_text: the Headers column as stored (None when not known).
     """
 
-    __slots__ = ("_id", "headers", "body", "seq", "queue", "headers_text")
+    __slots__ = ("_id", "_uuid", "headers", "body", "seq", "queue", "headers_text")
     __hash__ = None  # type: ignore[assignment]  # headers are a dict: messages are not hashable
 
     def __init__(self, id: Any, headers: dict[str, str | None], body: bytes | None, seq: int, queue: str = "",
                  headers_text: str | None = None) -> None:
         self._id = id
+        self._uuid = id if type(id) is uuid.UUID else None
         self.headers = headers
         self.body = body
         self.seq = seq
@@ -105,9 +106,9 @@ class ReceivedMessage:
     @property
     def id(self) -> uuid.UUID:
         """The native message id."""
-        value = self._id
-        if type(value) is not uuid.UUID:
-            value = self._id = native_uuid(value)
+        value = self._uuid
+        if value is None:
+            value = self._uuid = native_uuid(self._id)  # the stored id itself stays in native_id
         return value
 
     @property
