@@ -109,9 +109,16 @@ def test_outgoing_message_validates_its_headers():
     assert (text, body, ttbr, delay) == ('{"a\\/b":"é"}', "é".encode(), 1500, None)
 
 
-@pytest.mark.parametrize("text", [None, "", " ", "\n\t "])
+@pytest.mark.parametrize("text", [None, ""])
 def test_null_or_empty_reads_as_empty_object(text):
     assert parse_headers(text) == {}
+
+
+@pytest.mark.parametrize("text", [" ", "\n\t "])
+def test_whitespace_only_is_poison_as_upstream(text):
+    """Upstream's parser fails on whitespace-only Headers (reference/wire-format.md): poison, not ``{}``."""
+    with pytest.raises(PoisonHeadersError, match="only whitespace"):
+        parse_headers(text)
 
 
 @pytest.mark.parametrize(("text", "words"), [

@@ -666,7 +666,7 @@ def test_dotnet_escaped_headers_and_expires_received(queues):
     assert message.headers[h.REPLY_TO_ADDRESS] == "Sales@[dbo]@[shop]"
 
 
-@pytest.mark.parametrize("headers", ["", "   "])
+@pytest.mark.parametrize("headers", [""])
 def test_empty_headers_are_not_poison(queues, headers):
     row_id = insert_native(queues, "orders", headers, b"b")
     [message] = queues.transport.receive(queues.q("orders"))
@@ -674,7 +674,7 @@ def test_empty_headers_are_not_poison(queues, headers):
     assert count(queues, "error") == 0
 
 
-@pytest.mark.parametrize("headers", ["not json", "[1,2]", '{"a":1}'])
+@pytest.mark.parametrize("headers", ["not json", "[1,2]", '{"a":1}', "   "])  # whitespace: poison, as upstream
 def test_poison_row_moved_on_receive(queues, headers):
     t, q = queues.transport, queues.q("orders")
     row_id = insert_native(queues, "orders", headers, b"\xffpoison")

@@ -96,9 +96,12 @@ def _within_limit(text: str, limit: int | None) -> str:
 
 
 def parse_headers(text: str | None) -> dict[str, str | None]:
-    """Parse stored Headers; NULL or empty reads as ``{}``. Raise PoisonHeadersError if not a string map."""
-    if not text or text.isspace():
+    """Parse stored Headers; NULL or empty reads as ``{}``. Raise PoisonHeadersError if not a string map
+    (whitespace only is poison too, as upstream's parser fails on it)."""
+    if not text:
         return {}
+    if text.isspace():
+        raise PoisonHeadersError("Headers are only whitespace, not a JSON object")
     try:
         value = json.loads(text)
     except ValueError as exc:

@@ -90,7 +90,10 @@ class TableQueue:
     def _rows(self, cursor: Any, statement: str, count: int) -> list[Sequence[Any]]:
         rows = self.dialect.execute(cursor, statement, {"batch_size": count}, **self.ids).fetchall()
         if len(rows) > 1:
-            rows.sort(key=_seq_of)
+            try:
+                rows.sort(key=_seq_of)
+            except TypeError:  # a NULL position in a table of another program: last, as the database orders it
+                rows.sort(key=lambda row: (row[1] is None, row[1] or 0))
         return rows
 
     def delete(self, cursor: Any, seqs: list[int]) -> None:

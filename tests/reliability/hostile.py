@@ -58,6 +58,7 @@ def rows(db, missing_queue: str) -> list[Hostile]:
         Hostile("forward-garbage", json.dumps({FORWARD: '"unbalanced'}), b"forward-garbage", "error"),
         Hostile("forward-number", '{"' + FORWARD + '":5}', b"forward-number", "error"),
         Hostile("json-null", "null", b"json-null", "error"),
+        Hostile("whitespace-headers", " \n\t ", b"whitespace-headers", "error"),
         Hostile("huge-number", '{"a":1e999}', b"huge-number", "error"),
         Hostile("long-int", '{"a":' + "9" * 5000 + "}", b"long-int", "error"),
         Hostile("duplicate-names", '{"a":"1","a":"2"}', b"duplicate-names", "deliver"),

@@ -109,9 +109,10 @@ WHERE seq IN (SELECT seq FROM {queue} WHERE expires IS NOT NULL AND julianday(ex
               LIMIT %(batch_size)s)
 
 -- select_due_delayed --
--- Due delayed messages, oldest due first (moved by the mover in the same transaction).
+-- Due delayed messages, oldest due first (moved by the mover in the same transaction). Due compares as a date
+-- (another program may write another format); a Due that is no date is due now rather than never.
 SELECT seq, headers, body FROM {delayed}
-WHERE due < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') ORDER BY due, seq LIMIT %(batch_size)s
+WHERE COALESCE(julianday(due) < julianday('now'), 1) ORDER BY due, seq LIMIT %(batch_size)s
 
 -- savepoint --
 -- Mark a point to undo one message's work.
