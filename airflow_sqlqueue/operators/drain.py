@@ -174,6 +174,7 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
     def execute(self, context: Context) -> Any:
         self._check_sizes(rendered=True)
         with self.open_transport() as transport:
+            transport.check_concurrency(self.max_concurrency, "max_concurrency")  # fits the database's connections
             if self.handler is not None:
                 summary = transport.process(
                     self.queue_name, self.handler, mode=self.mode, max_messages=self.max_messages,

@@ -49,17 +49,34 @@ class FailureInfoStorage:
 
 
 def failure_headers(source_queue: str, exc: BaseException) -> dict[str, str]:
-    """The headers NServiceBus adds to a failed message, so ServicePulse/ServiceControl can show it."""
+    """The headers NServiceBus adds to a failed message, so ServicePulse/ServiceControl can show it.
+
+    Never raises: an exception whose ``str()`` fails (a handler's own exception class) still moves its message.
+    """
     kind = type(exc)
-    module = kind.__module__
+    module = str(getattr(kind, "__module__", "builtins"))
+    name = str(getattr(kind, "__qualname__", kind.__name__))
+    message = exception_text(exc)
+    try:
+        stack = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001
+        stack = message
     return {
         h.FAILED_Q: source_queue,
         h.TIME_OF_FAILURE: h.format_wire_time(),
-        h.EXCEPTION_TYPE: kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}",
-        h.EXCEPTION_MESSAGE: str(exc),
+        h.EXCEPTION_TYPE: name if module == "builtins" else f"{module}.{name}",
+        h.EXCEPTION_MESSAGE: message,
         h.EXCEPTION_SOURCE: module,
-        h.EXCEPTION_STACK_TRACE: "".join(traceback.format_exception(kind, exc, exc.__traceback__)),
+        h.EXCEPTION_STACK_TRACE: stack,
     }
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` fails (never raises)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a handler's exception class may be broken; its message must still move
+        return f"<{type(exc).__name__}: str() of the exception failed>"
 
 
 class PoisonMessageError(Exception):

@@ -201,15 +201,15 @@ class SqlQueueTransport:
         return drain(self.session, self.book.queue(queue), sink, max_messages=max_messages,
                      max_duration=max_duration, batch_size=batch_size, concurrency=concurrency, breaker=breaker)
 
-    def check_concurrency(self, concurrency: int) -> None:
+    def check_concurrency(self, concurrency: int, what: str = "concurrency") -> None:
         """Raise ValueError unless ``concurrency`` receivers (one connection each, plus one for sends and peeks)
         fit the database: SQLite at most ``receiver_cap`` (64); PostgreSQL and SQL Server the connections the
         server allows (PostgreSQL: max_connections less reserved slots, or a lower database or role limit)."""
-        check_count(concurrency, "concurrency")
+        check_count(concurrency, what)
         cap = self.dialect.receiver_cap
         if cap is not None:
             if concurrency > cap:
-                raise ValueError(f"concurrency={concurrency} is over {cap}, the most receivers this provider runs on "
+                raise ValueError(f"{what}={concurrency} is over {cap}, the most receivers this provider runs on "
                                  f"{self.dialect.name} (one writer at a time: more only wait for the write lock)")
             return
         if self._connection_limit is None:
@@ -218,7 +218,7 @@ class SqlQueueTransport:
         limit = self._connection_limit
         if limit and concurrency > limit - 1:
             raise ValueError(
-                f"concurrency={concurrency} needs {concurrency + 1} connections, but the {self.dialect.name} server "
+                f"{what}={concurrency} needs {concurrency + 1} connections, but the {self.dialect.name} server "
                 f"allows {limit} for clients like this one (PostgreSQL: max_connections less the reserved "
                 f"connections, or a lower CONNECTION LIMIT of the database or role); use at most {limit - 1} "
                 "receivers, fewer when other programs connect too")

@@ -336,3 +336,25 @@ def test_sqlite_delayed_rows_with_other_due_formats_are_moved_not_held_forever(q
                    ("{}", due.encode(), due))
     assert t.move_due_delayed("orders") == sum(dues.values())
     assert sorted(m.body for m in t.receive("orders", 10)) == sorted(d.encode() for d, due in dues.items() if due)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() refused")
+
+
+@pytest.mark.parametrize("mode", HELD)
+def test_an_exception_that_cannot_be_printed_still_moves_its_message(queues, mode):
+    t, q = queues.transport, queues.q("orders")
+    t.send_many(q, [b"bad", b"good"])
+    handled = []
+
+    def handler(message, context) -> None:
+        if message.body == b"bad":
+            raise _Unprintable()
+        handled.append(message.body)
+
+    result = t.process(q, handler, mode=mode, immediate_retries=0)
+    assert handled == [b"good"] and result.failed == 1 and count(queues, "orders") == 0
+    [(_, text, body)] = hostile.error_rows(queues)
+    assert body == b"bad" and "str() of the exception failed" in h.parse_headers(text)[h.EXCEPTION_MESSAGE]

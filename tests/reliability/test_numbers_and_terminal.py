@@ -135,3 +135,19 @@ def test_queue_names_bodies_and_errors_are_escaped_in_human_output(queues):
             assert char not in out + err, (char, out, err)
     assert "\\x1b]0;owned\\x07" in outputs[4][1]  # shown, as escapes
     assert "does not exist" in outputs[6][2] and outputs[6][0] == 2
+
+
+def test_drain_operator_max_concurrency_fits_the_database(queues, monkeypatch):
+    from airflow_sqlqueue.operators.drain import SqlQueueDrainOperator
+
+    if queues.kind == "sqlite":
+        fields = {"conn_type": "sqlite", "host": queues.url[len("sqlite:///"):]}
+    else:
+        fields = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"}
+    monkeypatch.setenv("AIRFLOW_CONN_HOSTILE_LIMIT", json.dumps(fields))
+    queues.transport.send(queues.q("orders"), b"stays")
+    op = SqlQueueDrainOperator(task_id="d", queue_name=queues.q("orders"), sqlqueue_conn_id="hostile_limit",
+                               output_path="/tmp/never-written", max_concurrency=100_000)
+    with pytest.raises(ValueError, match="max_concurrency=100000 "):
+        op.execute({"run_id": "r"})
+    assert count(queues, "orders") == 1
