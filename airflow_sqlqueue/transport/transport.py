@@ -197,14 +197,17 @@ class SqlQueueTransport:
         if the process dies: uncommitted batches return to the queue. ``breaker`` replaces the default 30 s
         circuit breaker.
         """
-        self.check_concurrency(concurrency)
+        self.check_concurrency(concurrency, ask=False)
         return drain(self.session, self.book.queue(queue), sink, max_messages=max_messages,
                      max_duration=max_duration, batch_size=batch_size, concurrency=concurrency, breaker=breaker)
 
-    def check_concurrency(self, concurrency: int, what: str = "concurrency") -> None:
+    def check_concurrency(self, concurrency: int, what: str = "concurrency", *, ask: bool = True) -> None:
         """Raise ValueError unless ``concurrency`` receivers (one connection each, plus one for sends and peeks)
         fit the database: SQLite at most ``receiver_cap`` (64); PostgreSQL and SQL Server the connections the
-        server allows (PostgreSQL: max_connections less reserved slots, or a lower database or role limit)."""
+        server allows (PostgreSQL: max_connections less reserved slots, or a lower database or role limit).
+
+        ``ask=False`` (``drain``, ``pump``) opens no connection for it: the limit is checked when already read
+        (the drain operator asks before receiving; a receive loop's connections are the breaker's business)."""
         check_count(concurrency, what)
         cap = self.dialect.receiver_cap
         if cap is not None:
@@ -213,8 +216,14 @@ class SqlQueueTransport:
                                  f"{self.dialect.name} (one writer at a time: more only wait for the write lock)")
             return
         if self._connection_limit is None:
-            self._connection_limit = self.run(self.dialect.connection_limit, what="read the connection limit",
-                                              read_only=True) or 0
+            if not ask:
+                return
+            try:
+                self._connection_limit = self.session.run(self.dialect.connection_limit,
+                                                          what="read the connection limit", read_only=True) or 0
+            except Exception:  # noqa: BLE001 - the database is unreachable now: the receive loop's breaker decides
+                log.debug("connection limit unknown (database unreachable); checked at the next run")
+                return
         limit = self._connection_limit
         if limit and concurrency > limit - 1:
             raise ValueError(
@@ -232,7 +241,7 @@ class SqlQueueTransport:
         """A ``MessagePump`` for ``queue`` (``process`` runs one); ``breaker`` and ``failures`` replace the
         defaults (a 30 s circuit breaker, immediate-failure counts for 10,000 messages)."""
         table = self.book.queue(queue)
-        self.check_concurrency(concurrency)
+        self.check_concurrency(concurrency, ask=False)
         recoverability = Recoverability(immediate_retries, delayed_retries, delayed_retry_delay, failures)
         if delayed_retries:
             self.run(lambda cur: self.book.require(cur, self.dialect.delayed_address(table.address)),

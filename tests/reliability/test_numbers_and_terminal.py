@@ -75,6 +75,8 @@ def test_concurrency_has_an_upper_bound_that_fits_the_database(queues):
         [(limit,)] = queues.sql("SELECT current_setting('max_connections')::int "
                                 "- current_setting('superuser_reserved_connections')::int")
         with pytest.raises(ValueError, match=rf"allows {limit} .*max_connections.*use at most {limit - 1}"):
+            t.check_concurrency(limit)
+        with pytest.raises(ValueError, match="max_connections"):  # the limit read once is checked by every run
             t.process(q, lambda m, c: None, concurrency=limit)
         with pytest.raises(ValueError, match="max_connections"):
             t.drain(q, len, concurrency=10**6)
