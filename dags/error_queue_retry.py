@@ -21,7 +21,8 @@ example exception message. Trigger with `retry=true` to return the selected mess
 * **Selection params**: `failed_q` (one source queue), `exception_type` (full name or class name),
   `message_ids` (native Ids or `NServiceBus.MessageId`s), `max_messages`. None given: every message.
 * **Where**: `conn_id` and `error_queue`; empty: every connection of the maintenance configuration (Variable
-  `sqlqueue_maintenance` or `$SQLQUEUE_MAINTENANCE_CONFIG`) with its `error_queue` (default `error`).
+  `sqlqueue_maintenance` or `$SQLQUEUE_MAINTENANCE_CONFIG`) with its `error_queue` (default `error`). `conn_id`
+  must be one of those connections: a run's conf cannot point the DAG at another one.
 * Messages whose source queue does not exist, or that have no `FailedQ`, stay and are listed with the reason.
 """
 

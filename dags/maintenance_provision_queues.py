@@ -11,10 +11,11 @@ from airflow_sqlqueue.maintenance import tasks
 DOC = """
 ### Provision SQL queues
 
-Trigger this DAG by hand ("Trigger DAG" with params) to create queue tables. Configuration is by params only
-(nothing to edit, no Variable):
+Trigger this DAG by hand ("Trigger DAG" with params) to create queue tables:
 
-* `conn_id`: the Airflow connection (`mssql`, `odbc`, `postgres` or `sqlite`) of the database.
+* `conn_id`: the Airflow connection (`mssql`, `odbc`, `postgres` or `sqlite`) of the database; one of the
+  connections of the maintenance configuration (Variable `sqlqueue_maintenance` or `$SQLQUEUE_MAINTENANCE_CONFIG`;
+  without either, `sqlqueue_default`): a run's conf cannot point the DAG at another connection.
 * `queues`: queue addresses to create (`orders`, `orders@sales`, `"sales"."orders"`, per dialect).
 * `delayed_queues`: endpoints that also get their `<queue>.Delayed` table (delayed delivery).
 * `dry_run`: only log the DDL script for review.

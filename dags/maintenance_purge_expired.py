@@ -19,7 +19,8 @@ receivers are never blocked for long), from every configured queue: one mapped t
   variable `SQLQUEUE_MAINTENANCE_CONFIG`. Without either, every queue discovered on the connection
   `sqlqueue_default` is purged. See `docs/maintenance.md` for the format.
 * **Params**: `connections` and `queues` narrow the run down; `batch_size` overrides `purge_batch_size`;
-  `config` replaces the whole configuration for one run.
+  `config` replaces the configuration for one run, within the connections the deployment configures (a run's
+  conf never adds a connection nor sets `alert_callback`).
 * **Result**: each mapped task logs and returns its queue's count; `report` logs a table and returns
   `{conn_id: {queue: purged}}`.
 * Deadlocks with receivers are logged as warnings and retried; the tasks retry twice more on other errors.

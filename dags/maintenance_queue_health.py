@@ -19,7 +19,8 @@ of them as a table and, when a queue crosses a threshold, calls the configured `
 
 * **Thresholds**: `thresholds` at the top of the configuration, per connection, or per queue (`"queues":
   {"orders": {"max_depth": 100}}`); the params `max_depth` and `max_age_seconds` override them for one run.
-* **Alerting**: `"alert_callback": "package.module.attribute"` in the configuration: a function or an Airflow
+* **Alerting**: `"alert_callback": "package.module.attribute"` in the deployment's configuration (the Variable or
+  the file; a run's `config` param cannot set it: a run's conf never chooses code): a function or an Airflow
   notifier instance called with the task context plus `sqlqueue_breaches` (the samples that crossed).
 * **History** (optional): `"record_health_samples": true` appends one row per queue and run,
   `(conn_id, queue_name, sampled_at, depth, oldest_age_seconds)`, to the table `sqlqueue_health_samples`

@@ -32,10 +32,12 @@ def test_configuration_sources_and_params(tmp_path: Path, monkeypatch: pytest.Mo
     assert config.source == f"file {path}" and config.connection("b").queue_thresholds == {"z": {"max_depth": 3}}
     narrowed = load_config({"connections": ["b"], "queues": ["q"]})
     assert [(c.conn_id, c.queues) for c in narrowed.connections] == [("b", ["q"])]
-    # the Variable wins over the file, the config param over both
-    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": ["v"]}))
-    assert [c.conn_id for c in load_config({}).connections] == ["v"]
-    assert load_config({"config": {"connections": ["c"]}}).connections[0].conn_id == "c"
+    # the Variable wins over the file; the config param replaces both for one run, within what they configure
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": ["v", "w"]}))
+    assert [c.conn_id for c in load_config({}).connections] == ["v", "w"]
+    assert [c.conn_id for c in load_config({"config": {"connections": ["w"]}}).connections] == ["w"]
+    with pytest.raises(MaintenanceConfigError, match="connection 'c' is not configured for these DAGs"):
+        load_config({"config": {"connections": ["c"]}})
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -45,7 +47,6 @@ def test_configuration_sources_and_params(tmp_path: Path, monkeypatch: pytest.Mo
     ({"record_health_samples": "false"}, "record_health_samples must be true or false, got 'false'"),
     ({"connections": {"a": {"record_health_samples": 1}}}, "connection 'a': record_health_samples must be true"),
     ({"health_samples_retention_days": -1}, "health_samples_retention_days must be a positive number"),
-    ({"alert_callback": "notify"}, "alert_callback must be a dotted path"),
     ({"connections": {"a": {"queues": [1]}}}, "connection 'a': 'queues' must list queue addresses"),
     ({"connections": {"a": {"error_queue": 5}}}, "connection 'a': error_queue must be a non-empty string"),
     ({"connections": []}, "'connections' must be an object"),
@@ -130,15 +131,16 @@ def test_mssql_health_sample_statements_parse_as_tsql() -> None:
 
 
 def test_health_report_warns_instead_of_failing_and_survives_a_broken_alert_callback(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     samples = [{"conn_id": "c", "queue": "q", "depth": 9, "oldest_age_seconds": None, "max_depth": 3,
                 "max_age_seconds": None, "breaches": ["depth 9 > 3"]}]
     config = {"connections": ["c"], "alert_callback": "tests.no_such_module.notifier"}
-    assert tasks.health_report(samples, {"config": config, "on_breach": "warn"}) == samples
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps(config))
+    assert tasks.health_report(samples, {"on_breach": "warn"}) == samples
     assert "alert_callback 'tests.no_such_module.notifier' cannot be imported" in caplog.text
     assert "thresholds crossed: q on c: depth 9 > 3" in caplog.text
     with pytest.raises(tasks.QueueHealthError, match="thresholds crossed: q on c: depth 9 > 3"):
-        tasks.health_report(samples, {"config": config})
+        tasks.health_report(samples, {})
 
 
 def test_every_dialect_has_the_same_health_statements() -> None:
@@ -146,9 +148,10 @@ def test_every_dialect_has_the_same_health_statements() -> None:
     assert names["sqlite"] == names["postgres"] == names["mssql"], names
 
 
-def test_an_unknown_connection_fails_at_once_naming_it() -> None:
+def test_an_unknown_connection_fails_at_once_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": ["no_such_conn"]}))
     with pytest.raises(tasks.BadConfigurationError, match="connection 'no_such_conn' is not defined in Airflow"):
-        tasks.find_targets({"config": {"connections": ["no_such_conn"]}})
+        tasks.find_targets({})
 
 
 def test_samples_of_every_connection_go_to_the_central_store(tmp_path: Path) -> None:
@@ -175,6 +178,7 @@ def test_alert_callback_may_be_a_plain_function(tmp_path: Path, monkeypatch: pyt
     samples = [{"conn_id": "c", "queue": "q", "depth": 0, "oldest_age_seconds": 900.0, "max_depth": None,
                 "max_age_seconds": 60, "breaches": ["oldest message 900s old > 60s"]}]
     config = {"connections": ["c"], "alert_callback": "tests.airflow_env.record_alert"}
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps(config))
     with pytest.raises(tasks.QueueHealthError):
-        tasks.health_report(samples, {"config": config})
+        tasks.health_report(samples, {})
     assert json.loads((tmp_path / "alerts.jsonl").read_text()) == samples

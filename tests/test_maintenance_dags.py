@@ -238,8 +238,15 @@ def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F
         assert dead == 0  # VACUUM ran
 
 
-def test_check_schema_fails_on_findings_without_repair(airflow_db, tmp_path: Path) -> None:  # noqa: F811
+def deploy(monkeypatch: pytest.MonkeyPatch, config: dict) -> None:
+    """The deployment's maintenance configuration (the Variable): the only place connections and code are chosen."""
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps(config))
+
+
+def test_check_schema_fails_on_findings_without_repair(airflow_db, tmp_path: Path,  # noqa: F811
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Without ``repair`` the findings stay, the report fails (no retry), and nothing was changed (SQLite)."""
+    deploy(monkeypatch, {"connections": [CONN_ID]})
     path = tmp_path / "q.db"
     airflow_env.sqlite_connection(CONN_ID, path)
     from airflow_sqlqueue.transport import SqlQueueTransport
@@ -247,7 +254,7 @@ def test_check_schema_fails_on_findings_without_repair(airflow_db, tmp_path: Pat
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as t:
         t.create_queues(["legacy"])
         sqlite3.connect(path).execute(f'DROP INDEX "{t.dialect.index_name(t.address("legacy"), "expires")}"')
-        dr = run("sqlqueue_check_schema", config={"connections": [CONN_ID]})
+        dr = run("sqlqueue_check_schema")
         states = airflow_env.task_states(dr)
         assert states["report"] == "failed" and states["check[0]"] == "success", states
         assert [f.code for f in t.check("legacy")] == ["missing_expires_index"]
@@ -271,8 +278,9 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
                                                 q("calm"): {}}
     config.update(alert_callback="tests.airflow_env.alert_notifier", health_samples_table=table)
     caplog.set_level(logging.INFO)
+    deploy(monkeypatch, config)
 
-    dr = run("sqlqueue_queue_health", config=config)
+    dr = run("sqlqueue_queue_health")
     assert str(dr.state) == "failed"
     states = airflow_env.task_states(dr)
     assert states["report"] == "failed" and states["sample[0]"] == "success", states
@@ -296,7 +304,8 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
     assert [s["depth"] for s in history] == [6]
 
 
-def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
+def test_provision_queues(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    deploy(monkeypatch, conn_config(qdb))
     t, q = qdb.transport, qdb.q
     dr = run("sqlqueue_provision_queues", conn_id=CONN_ID, queues=[q("p_orders"), q("p_replies")],
              delayed_queues=[q("p_endpoint")])
@@ -315,7 +324,9 @@ def test_provision_queues(airflow_db, qdb: Db) -> None:  # noqa: F811
     assert not t.exists(q("p_more"))
 
 
-def test_error_queue_lists_groups_and_returns_selected(airflow_db, qdb: Db) -> None:  # noqa: F811
+def test_error_queue_lists_groups_and_returns_selected(airflow_db, qdb: Db,  # noqa: F811
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    deploy(monkeypatch, conn_config(qdb))
     t, q = qdb.transport, qdb.q
     t.create_queues([q("orders"), q("billing"), q("error")])
 
@@ -346,8 +357,10 @@ def test_error_queue_lists_groups_and_returns_selected(airflow_db, qdb: Db) -> N
     assert count(qdb, q("error")) == 6
 
 
-def test_error_queue_lists_only_without_retry(airflow_db, tmp_path: Path) -> None:  # noqa: F811
+def test_error_queue_lists_only_without_retry(airflow_db, tmp_path: Path,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """No ``retry`` param: the listing runs, the return task is skipped, nothing moves (SQLite only)."""
+    deploy(monkeypatch, {"connections": [CONN_ID]})
     path = tmp_path / "q.db"
     airflow_env.sqlite_connection(CONN_ID, path)
     from airflow_sqlqueue.transport import SqlQueueTransport
@@ -355,9 +368,48 @@ def test_error_queue_lists_only_without_retry(airflow_db, tmp_path: Path) -> Non
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as t:
         t.create_queues(["orders", "error"])
         t.send(t.error_queue, OutgoingMessage("x", headers={h.FAILED_Q: "orders", h.EXCEPTION_TYPE: "E"}))
-        dr = run("sqlqueue_error_queue", config={"connections": [CONN_ID]})
+        dr = run("sqlqueue_error_queue")
         states = airflow_env.task_states(dr)
         assert states["return_selected[0]"] == "skipped" and str(dr.state) == "success", states
         assert airflow_env.xcom_value(dr, "list_failed")[0]["total"] == 1
         assert len(t.browse("error")) == 1 and t.peek("orders") == 0
         assert sqlite3.connect(path).execute("SELECT count(*) FROM error").fetchone() == (1,)
+
+
+# -- a DAG run's conf cannot choose code or connections ---------------------------------------------------------
+@pytest.mark.parametrize(("dag_id", "conf", "refused"), [
+    ("sqlqueue_queue_health", {"config": {"connections": [CONN_ID], "alert_callback": "os.abort"}},
+     "alert_callback cannot be set by a DAG run"),
+    ("sqlqueue_queue_health", {"config": {"connections": [CONN_ID], "health_samples_conn_id": "other_db"}},
+     "health_samples_conn_id cannot be set by a DAG run"),
+    ("sqlqueue_purge_expired", {"config": {"connections": ["other_db"]}}, "connection 'other_db' is not configured"),
+    ("sqlqueue_check_schema", {"connections": ["other_db"], "repair": True}, "connection 'other_db' is not configured"),
+    ("sqlqueue_error_queue", {"conn_id": "other_db", "retry": True}, "connection 'other_db' is not configured"),
+    ("sqlqueue_provision_queues", {"conn_id": "other_db", "queues": ["made_by_conf"]},
+     "connection 'other_db' is not configured"),
+])
+def test_run_conf_cannot_choose_code_or_connections(airflow_db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+                                                    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture,
+                                                    dag_id: str, conf: dict, refused: str) -> None:
+    """The deployment configures ``sqlqueue_maint`` only; a run's conf naming code or another connection (one that
+    exists in Airflow) fails the run with a reason, and nothing runs against the other connection."""
+    path, other = tmp_path / "q.db", tmp_path / "other.db"
+    airflow_env.sqlite_connection(CONN_ID, path)
+    airflow_env.sqlite_connection("other_db", other)
+    deploy(monkeypatch, {"connections": [CONN_ID]})
+    from airflow_sqlqueue.transport import SqlQueueTransport
+
+    with SqlQueueTransport.from_url(f"sqlite:///{other}") as t:
+        t.create_queues(["orders", "error"])
+        t.send(t.error_queue, OutgoingMessage("x", headers={h.FAILED_Q: "orders", h.EXCEPTION_TYPE: "E"}))
+        t.send("orders", OutgoingMessage("gone", time_to_be_received=0.001))
+        sqlite3.connect(other).execute(f'DROP INDEX "{t.dialect.index_name(t.address("orders"), "expires")}"')
+        caplog.set_level(logging.INFO)
+        dr = run(dag_id, **conf)
+        assert str(dr.state) == "failed", airflow_env.task_states(dr)
+        captured = capfd.readouterr()
+        assert refused in caplog.text + captured.out + captured.err  # the failed task's reason
+        # the other database is as it was: no retry, no purge, no repair, no table created
+        assert len(t.browse("error")) == 1 and len(t.browse("orders")) == 1
+        assert [f.code for f in t.check("orders")] == ["missing_expires_index"]
+        assert not t.exists("made_by_conf")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -22,8 +21,9 @@ from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, f
 
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
-from .output import age_text, emit_json, message_json, message_line, progress, table, write_line_now
+from .output import age_text, emit_json, json_line, message_json, message_line, progress, table, write_line_now
 from .receiving import ReceiveCount, receive_and_print
+from .terminal import printable
 
 SEND_CHUNK = 1000
 PROGRESS_FROM = 2000
@@ -90,7 +90,7 @@ def create(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
             emit_json({"queue": name, "created": not existed, "delayed": args.delayed,
                        **({"notify": True} if args.notify else {})})
         else:
-            print((f"{name} already exists" if existed else f"created {name}")
+            print(printable(f"{name} already exists" if existed else f"created {name}")
                   + (" (with its delayed table)" if args.delayed else "")
                   + (" (with its wake-up trigger)" if args.notify else ""))
     return OK
@@ -120,7 +120,7 @@ def send(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"queue": name, "sent": sent})
     else:
-        print(f"sent {sent} message{'s' if sent != 1 else ''} to {name}")
+        print(printable(f"sent {sent} message{'s' if sent != 1 else ''} to {name}"))
     return OK
 
 
@@ -147,15 +147,15 @@ def receive(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     count = ReceiveCount()
     with progress(f"receiving from {name}", args.max,
                   enabled=_progressing(args, args.max >= PROGRESS_FROM)) as bar:
-        def show(message: ReceivedMessage) -> None:  # the whole line is out before the receive commits
-            if args.json:
-                write_line_now(json.dumps(message_json(message), ensure_ascii=False, default=str))
-            else:
-                write_line_now(message_line(message))
+        def render(message: ReceivedMessage) -> str:
+            return json_line(message_json(message)) if args.json else message_line(message)
+
+        def write(line: str) -> None:  # the whole line is out before the receive commits
+            write_line_now(line)
             bar.advance(1)
 
         try:
-            receive_and_print(transport, name, args.max, show, count, held=args.mode != "none")
+            receive_and_print(transport, name, args.max, render, write, count, held=args.mode != "none")
         except OSError:
             if count.lost:
                 print(f"sqlqueue: {count.lost} received message{'s' if count.lost != 1 else ''} not printed "
@@ -269,7 +269,7 @@ def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
         rows = sorted(summary.returned.items())
         print(table(["queue", "returned"], rows) if rows else "nothing returned")
         for item in summary.left:
-            print(f"left in the error queue: {item['id']}: {item['reason']}", file=sys.stderr)
+            print(printable(f"left in the error queue: {item['id']}: {item['reason']}"), file=sys.stderr)
     return OK
 
 

@@ -17,6 +17,7 @@ from airflow_sqlqueue.transport.redaction import scrub
 from . import commands
 from .errors import OK, exit_code, one_line
 from .parser import build_parser
+from .terminal import printable, printable_lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,8 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OK
     except Exception as exc:  # one clear line, never a traceback unless --debug
         if args.debug:
-            sys.stderr.write(scrub(traceback.format_exc()))
-        sys.stderr.write(f"sqlqueue: error: {scrub(one_line(exc))}\n")
+            sys.stderr.write(printable_lines(scrub(traceback.format_exc())))
+        sys.stderr.write(f"sqlqueue: error: {printable(scrub(one_line(exc)))}\n")
         return exit_code(exc)
 
 
@@ -43,7 +44,7 @@ class _ScrubbingFormatter(logging.Formatter):
     """Log lines (``--debug``) without passwords."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return scrub(super().format(record))
+        return printable_lines(scrub(super().format(record)))
 
 
 def _silence_stdout() -> None:

@@ -12,10 +12,12 @@ from typing import Any
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport import headers as h
 
+from .terminal import printable, printable_json
+
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:
     """A received message as ``{"id", "headers", "body"}`` (``body_base64`` when the body is not UTF-8)."""
-    out: dict[str, Any] = {"id": str(message.id), "headers": h.printable(message.headers)}
+    out: dict[str, Any] = {"id": str(message.id), "headers": dict(message.headers)}
     body = message.body or b""
     try:
         out["body"] = body.decode("utf-8")
@@ -25,16 +27,23 @@ def message_json(message: ReceivedMessage) -> dict[str, Any]:
 
 
 def message_line(message: ReceivedMessage) -> str:
-    """A received message on one line for people: id, message type, body (newlines shown as \\n)."""
+    """A received message on one line for people: id, message type, body (newlines shown as \\n, every control
+    and bidi character escaped: see ``terminal.printable``)."""
     shown = message_json(message)
     body = shown["body"] if "body" in shown else "base64:" + shown["body_base64"]
-    kind = h.printable(message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-")
-    return f"{message.id}  {kind}  " + body.replace("\r", "\\r").replace("\n", "\\n")
+    kind = message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-"
+    return printable(f"{message.id}  {kind}  {body}")
+
+
+def json_line(obj: Any) -> str:
+    """One JSON object as a line: non-ASCII as it is, except controls, bidi and invisible characters and lone
+    surrogates (from a stored ``"\\ud800"`` escape), written as JSON escapes (the same value for a parser)."""
+    return printable_json(json.dumps(obj, ensure_ascii=False, default=str))
 
 
 def emit_json(obj: Any) -> None:
     """Print one JSON object on its own line."""
-    sys.stdout.write(h.escape_surrogates(json.dumps(obj, ensure_ascii=False, default=str)) + "\n")
+    sys.stdout.write(json_line(obj) + "\n")
 
 
 def write_line_now(text: str) -> None:
@@ -56,8 +65,9 @@ def write_line_now(text: str) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned text table."""
-    cells = [[str(name) for name in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    """A plain aligned text table (cells escaped for the terminal: see ``terminal.printable``)."""
+    cells = [[printable(name) for name in headers]] + [["" if c is None else printable(c) for c in row]
+                                                       for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from airflow_sqlqueue.transport import ReceivedMessage, ReceiveStats, SqlQueueTransport
 
-Show = Callable[[ReceivedMessage], None]
+Render = Callable[[ReceivedMessage], str]
+Write = Callable[[str], None]
 
 
 @dataclass
@@ -32,47 +33,52 @@ class ReceiveCount:
         self.forwarded += stats.forwarded
 
 
-def receive_and_print(transport: SqlQueueTransport, queue: str, max_messages: int, show: Show,
+def receive_and_print(transport: SqlQueueTransport, queue: str, max_messages: int, render: Render, write: Write,
                       count: ReceiveCount, *, held: bool, batch_size: int = 500) -> None:
-    """Print up to ``max_messages`` with ``show`` (which raises OSError when stdout is gone), FIFO; tally ``count``.
+    """Print up to ``max_messages``, FIFO: ``render`` makes a message's line, ``write`` prints it completely (or
+    raises OSError when stdout is gone); tally ``count``.
 
-    An OSError from ``show`` ends the run after the batch is settled and is raised again; ``count.lost`` then
-    tells how many taken messages were not printed (always 0 in the held modes).
+    A failure while printing ends the run after the batch is settled (what was printed leaves the queue, nothing
+    printed is handed over again) and is raised again; ``count.lost`` then tells how many taken messages were not
+    printed (always 0 in the held modes). In mode none every line is rendered before the take commits: a message
+    that cannot be shown is never deleted.
     """
     one_batch = _held_batch if held else _at_most_once_batch
     while count.printed < max_messages:
-        if one_batch(transport, queue, min(batch_size, max_messages - count.printed), show, count) == 0:
+        if one_batch(transport, queue, min(batch_size, max_messages - count.printed), render, write, count) == 0:
             break
 
 
-def _held_batch(transport: SqlQueueTransport, queue: str, n: int, show: Show, count: ReceiveCount) -> int:
+def _held_batch(transport: SqlQueueTransport, queue: str, n: int, render: Render, write: Write,
+                count: ReceiveCount) -> int:
     """Claim up to ``n`` rows, print them, ack those printed; return rows claimed."""
-    closed: OSError | None = None
+    failed: Exception | None = None
     with transport.claim(queue, n) as claim:
         for message in claim.messages:
             try:
-                show(message)
-            except OSError as exc:
-                closed = exc
+                write(render(message))
+            except Exception as exc:  # noqa: BLE001 - stdout gone or anything else: keep what was printed, stop
+                failed = exc
                 break
             claim.ack(message)
             count.printed += 1
     count.add(claim.stats)
-    if closed is not None:
-        raise closed
+    if failed is not None:
+        raise failed
     return claim.locked
 
 
-def _at_most_once_batch(transport: SqlQueueTransport, queue: str, n: int, show: Show, count: ReceiveCount) -> int:
-    """Take and commit up to ``n`` rows, then print them; return rows taken."""
+def _at_most_once_batch(transport: SqlQueueTransport, queue: str, n: int, render: Render, write: Write,
+                        count: ReceiveCount) -> int:
+    """Take up to ``n`` rows and render them, commit, then print them; return rows taken."""
     with transport.claim(queue, n, take=True) as claim:
-        pass
+        lines = [render(message) for message in claim.messages]  # raises before the commit: nothing deleted
     count.add(claim.stats)
-    for index, message in enumerate(claim.messages):
+    for index, line in enumerate(lines):
         try:
-            show(message)
+            write(line)
         except OSError:
-            count.lost = len(claim.messages) - index
+            count.lost = len(lines) - index
             raise
         count.printed += 1
     return claim.locked

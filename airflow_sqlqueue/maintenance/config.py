@@ -1,9 +1,12 @@
 """Which connections and queues the maintenance DAGs work on, read without editing code.
 
-Sources, first found wins: the DAG run's ``config`` param, the Airflow Variable ``sqlqueue_maintenance``
-(JSON), the JSON or YAML file named by the environment variable ``SQLQUEUE_MAINTENANCE_CONFIG``; without any,
-every queue discovered on the connection ``sqlqueue_default``. The DAG params ``connections`` and ``queues``
-then narrow that down. Format (every key optional)::
+The deployment's configuration, first found wins: the Airflow Variable ``sqlqueue_maintenance`` (JSON), the JSON
+or YAML file named by the environment variable ``SQLQUEUE_MAINTENANCE_CONFIG``; without either, every queue
+discovered on the connection ``sqlqueue_default``. A DAG run's ``config`` param may replace it for that run, within
+limits: a run's conf never chooses code or connections (anyone allowed to trigger a run can write it), so
+``alert_callback`` and ``health_samples_conn_id`` always come from the deployment, and a run may only name
+connections the deployment configures. The DAG params ``connections`` and ``queues`` then narrow that down (the
+same rule: configured connections only). Format (every key optional)::
 
     {
       "connections": {
@@ -51,6 +54,8 @@ DEFAULT_RETENTION_DAYS = 30
 THRESHOLD_KEYS = ("max_depth", "max_age_seconds")
 _TOP_KEYS = {"connections", "thresholds", "purge_batch_size", "record_health_samples", "health_samples_table",
              "health_samples_conn_id", "health_samples_retention_days", "alert_callback"}
+#: Keys only the deployment's configuration sets: importable code, and where samples of every queue are written.
+DEPLOYMENT_ONLY = ("alert_callback", "health_samples_conn_id")
 _CONN_KEYS = {"queues", "schemas", "include", "exclude", "error_queue", "thresholds", "record_health_samples"}
 
 
@@ -100,6 +105,9 @@ class MaintenanceConfig:
     alert_callback: str | None = None
     source: str = "default"
 
+    def connection_ids(self) -> list[str]:
+        return [conn.conn_id for conn in self.connections]
+
     def connection(self, conn_id: str) -> ConnectionConfig:
         for conn in self.connections:
             if conn.conn_id == conn_id:
@@ -117,10 +125,32 @@ class MaintenanceConfig:
 
 # -- reading ---------------------------------------------------------------------------------------------
 def raw_config(params: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
-    """The configuration dict and where it came from, in words (named in every error about it)."""
+    """The configuration dict and where it came from, in words (named in every error about it).
+
+    A run's ``config`` param replaces the deployment's configuration for that run, but may not set
+    ``DEPLOYMENT_ONLY`` keys (they are taken from the deployment) nor name connections it does not configure.
+    """
+    deployed, source = deployment_config()
     given = (params or {}).get("config")
-    if given:
-        return _as_dict(given, PARAM_SOURCE), PARAM_SOURCE
+    if not given:
+        return deployed, source
+    override = _as_dict(given, PARAM_SOURCE)
+    for key in DEPLOYMENT_ONLY:
+        if key in override and override[key] != deployed.get(key):
+            raise MaintenanceConfigError(
+                f"{PARAM_SOURCE}: {key} cannot be set by a DAG run (a run's conf must not choose code or "
+                f"connections); set it in the Variable {VARIABLE!r} or the file named by ${CONFIG_ENV}")
+    allowed = configured_connections(deployed, source)
+    given_ids = set(parse_config({k: v for k, v in override.items() if k not in DEPLOYMENT_ONLY},
+                                 PARAM_SOURCE).connection_ids())
+    _only_configured(given_ids, allowed, PARAM_SOURCE, source)
+    merged = {k: v for k, v in override.items() if k not in DEPLOYMENT_ONLY}
+    merged.update({k: deployed[k] for k in DEPLOYMENT_ONLY if k in deployed})
+    return merged, f"{PARAM_SOURCE} (within {source})"
+
+
+def deployment_config() -> tuple[dict[str, Any], str]:
+    """The deployment's configuration (Variable, then file, then the default) and its source, in words."""
     text = _variable_text()
     if text:
         return _as_dict(text, VARIABLE_SOURCE), VARIABLE_SOURCE
@@ -128,6 +158,30 @@ def raw_config(params: dict[str, Any] | None = None) -> tuple[dict[str, Any], st
     if path:
         return _read_file(Path(path)), f"file {path}"
     return {}, f"default (every queue on {DEFAULT_CONN_ID})"
+
+
+def configured_connections(deployed: dict[str, Any] | None = None, source: str | None = None) -> set[str]:
+    """The connection ids the deployment's configuration names (``sqlqueue_default`` when it names none)."""
+    if deployed is None:
+        deployed, source = deployment_config()
+    return set(parse_config(deployed, source or "config").connection_ids())
+
+
+def check_connection_allowed(conn_id: str, what: str) -> None:
+    """Raise MaintenanceConfigError unless the deployment's configuration names ``conn_id`` (``what``: the param
+    it came from)."""
+    deployed, source = deployment_config()
+    _only_configured({conn_id}, configured_connections(deployed, source), what, source)
+
+
+def _only_configured(given: set[str], allowed: set[str], what: str, source: str) -> None:
+    unknown = sorted(given - allowed)
+    if unknown:
+        raise MaintenanceConfigError(
+            f"{what}: connection{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"{'are' if len(unknown) > 1 else 'is'} not configured for these DAGs ({source} names "
+            f"{', '.join(map(repr, sorted(allowed)))}); a DAG run's conf cannot add connections: add them to the "
+            f"Variable {VARIABLE!r} or the file named by ${CONFIG_ENV}")
 
 
 def load_config(params: dict[str, Any] | None = None) -> MaintenanceConfig:
@@ -139,6 +193,7 @@ def load_config(params: dict[str, Any] | None = None) -> MaintenanceConfig:
     if isinstance(wanted, str):
         wanted = [wanted]
     if wanted:
+        _only_configured({str(c) for c in wanted}, set(config.connection_ids()), "the 'connections' param", source)
         config.connections = [config.connection(conn_id) for conn_id in wanted]
     queues = params.get("queues")
     if isinstance(queues, str):

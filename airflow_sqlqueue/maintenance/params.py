@@ -11,8 +11,10 @@ def target_params() -> dict[str, Param]:
     """``config``, ``connections`` and ``queues``: the params every maintenance DAG takes to pick its queues."""
     return {
         "config": Param(None, type=["null", "object"], title="Configuration override",
-                        description="A whole maintenance configuration for this run (the format of the Variable "
-                                    "sqlqueue_maintenance). Empty: the Variable, then the file named by "
+                        description="A maintenance configuration for this run (the format of the Variable "
+                                    "sqlqueue_maintenance), limited to the connections the deployment "
+                                    "configures; alert_callback and health_samples_conn_id always come from the "
+                                    "deployment. Empty: the Variable, then the file named by "
                                     "$SQLQUEUE_MAINTENANCE_CONFIG, then discovery on sqlqueue_default."),
         "connections": Param(None, type=["null", "array"], items={"type": "string"}, title="Connections",
                              description="Only these Airflow connection ids (empty: every configured one)."),

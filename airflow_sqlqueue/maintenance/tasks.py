@@ -25,7 +25,14 @@ from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, f
 from airflow_sqlqueue.transport.errors import InvalidAddressError
 
 from . import health
-from .config import MaintenanceConfig, MaintenanceConfigError, load_config, resolve_queues, thresholds_for
+from .config import (
+    MaintenanceConfig,
+    MaintenanceConfigError,
+    check_connection_allowed,
+    load_config,
+    resolve_queues,
+    thresholds_for,
+)
 
 log = logging.getLogger(__name__)
 #: Whole-purge attempts after the transport's own deadlock retries are exhausted.
@@ -49,6 +56,14 @@ def configuration(params: dict[str, Any] | None) -> MaintenanceConfig:
     """The run's configuration; a malformed one fails the task at once, with the message naming the key."""
     try:
         return load_config(params)
+    except MaintenanceConfigError as exc:
+        raise BadConfigurationError(str(exc)) from None
+
+
+def _allowed(conn_id: str, what: str) -> None:
+    """Fail the task unless the deployment's configuration names ``conn_id`` (a run's conf cannot add one)."""
+    try:
+        check_connection_allowed(conn_id, what)
     except MaintenanceConfigError as exc:
         raise BadConfigurationError(str(exc)) from None
 
@@ -261,6 +276,7 @@ def alert(path: str, context: dict[str, Any]) -> None:
 def provision(params: dict[str, Any]) -> dict[str, Any]:
     """Create the queues (and delayed tables) named by the params; log the DDL; check what was created."""
     conn_id = params.get("conn_id") or "sqlqueue_default"
+    _allowed(conn_id, "param conn_id")
     queues = list(params.get("queues") or [])
     delayed = list(params.get("delayed_queues") or [])
     if not queues and not delayed:
@@ -295,6 +311,8 @@ def error_queues(params: dict[str, Any] | None) -> list[dict[str, Any]]:
     """``[{"conn_id", "error_queue"}]``: the ``conn_id``/``error_queue`` params, or each configured connection."""
     params = params or {}
     config = configuration(params)
+    if params.get("conn_id"):
+        _allowed(params["conn_id"], "param conn_id")
     conn_ids = [params["conn_id"]] if params.get("conn_id") else [c.conn_id for c in config.connections]
     return [{"conn_id": c, "error_queue": params.get("error_queue") or config.connection(c).error_queue}
             for c in conn_ids]

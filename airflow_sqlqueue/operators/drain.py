@@ -175,6 +175,7 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
     def execute(self, context: Context) -> Any:
         self._check_sizes(rendered=True)
         with self.open_transport() as transport:
+            transport.check_concurrency(self.max_concurrency, "max_concurrency")  # fits the database's connections
             if self.handler is not None:
                 summary = transport.process(
                     self.queue_name, self.handler, mode=self.mode, max_messages=self.max_messages,
@@ -199,11 +200,12 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
 
     # -- list for .expand() ------------------------------------------------------------------------------
     def _drain_to_list(self, transport: SqlQueueTransport, spool: _Spool, context: Context) -> list[dict[str, Any]]:
-        seen = {item["id"] for item in spool.items}
+        # a row is known by id and position: rows of other programs may share an id (SQLite), and each is delivered
+        seen = {(item["id"], item.get("seq")) for item in spool.items}
 
         def sink(messages: list[ReceivedMessage]) -> int:
-            new = [message_to_dict(m) for m in messages if str(m.id) not in seen]
-            seen.update(item["id"] for item in new)
+            new = [message_to_dict(m) for m in messages if (str(m.id), m.seq) not in seen]
+            seen.update((item["id"], item.get("seq")) for item in new)
             spool.add(new)
             return len(new)
 

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
+from airflow_sqlqueue.transport.headers import escape_surrogates
 
 
 def batch_schema() -> Any:
@@ -54,7 +55,9 @@ class ParquetBatchWriter:
             "id": [str(m.id) for m in messages],
             "seq": [m.seq for m in messages],
             "queue": [m.queue for m in messages],
-            "headers": [json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")) for m in messages],
+            # a lone surrogate (read from a stored "\ud800" escape) stays that escape: the exact headers, as UTF-8
+            "headers": [escape_surrogates(json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
+                        for m in messages],
             "body": [m.body for m in messages],
             "received_at": [now] * len(messages),
         }, schema=batch_schema())

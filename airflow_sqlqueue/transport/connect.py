@@ -30,11 +30,14 @@ def connection_factory(url: str) -> tuple[Callable[[], Any], str]:
         raise UnsupportedConnectionError(
             f"the password in {redact(url)} contains '/', '?', '#', '@', '[' or ']' as it is; percent-encode it "
             "(urllib.parse.quote(password, safe=''))")
+    refused: UnsupportedConnectionError | None = None
     try:
         urlsplit(url).port  # noqa: B018 - parses the host and port now: their errors may quote the URL
     except ValueError as exc:
-        raise UnsupportedConnectionError(f"{redact(url)} is not a valid URL ({blank_url_password(str(exc), url)}); "
-                                         f"use one of: {', '.join(SCHEMES)}") from None
+        refused = UnsupportedConnectionError(f"{redact(url)} is not a valid URL ({blank_url_password(str(exc), url)}); "
+                                             f"use one of: {', '.join(SCHEMES)}")
+    if refused is not None:  # raised outside the handler: the parser's error (quoting the URL) is not its context
+        raise refused
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         return _sqlite(url), "sqlite"
@@ -64,8 +67,9 @@ def guard_connect(open_connection: Callable[[], Any], where: str, password: str 
             raise
         except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            text = blank(text, password)
-            raise DatabaseConnectionError(f"cannot connect to {where}: {text}") from None
+            failure = DatabaseConnectionError(f"cannot connect to {where}: {blank(text, password)}")
+        # raised outside the handler: the driver's error (which may quote the password) is not even its context
+        raise failure
 
     return connect
 

@@ -13,6 +13,7 @@ from .dialects import RawRow
 from .errors import InvalidAddressError, NotAQueueError
 from .headers import PoisonHeadersError, parse_headers
 from .messages import ReceivedMessage
+from .queue import FIRST_SEQ
 
 if TYPE_CHECKING:
     from .transport import SqlQueueTransport
@@ -108,7 +109,7 @@ def failure_of(raw_headers: str | None) -> Failure:
 
 def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:
     """Every row of an error queue, oldest first, read page by page without taking any."""
-    after = 0
+    after = FIRST_SEQ
     while True:
         rows = transport.browse(error_queue, after_seq=after, limit=page)
         yield from rows
@@ -153,7 +154,7 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
     """
     dialect = transport.dialect
     summary = RetrySummary()
-    after = 0
+    after = FIRST_SEQ
     error_name = dialect.format_address(error_queue)
     known: dict[QueueAddress, bool] = {}
 
@@ -162,12 +163,12 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
         last = after
         rows = dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": BATCH},
                                **dialect.identifiers(error_queue)).fetchall()
-        rows = sorted((dialect.to_raw_row(r) for r in rows), key=lambda r: r.seq)
-        for row in rows:
+        rows = sorted(((dialect.to_raw_row(r), r[0]) for r in rows), key=lambda pair: pair[0].seq)
+        for row, native_id in rows:
             if max_messages is not None and summary.total_returned + part.total_returned >= max_messages:
                 break
             last = row.seq
-            reason = _return_one(transport, cur, error_queue, row, select, known, part)
+            reason = _return_one(transport, cur, error_queue, row, native_id, select, known, part)
             if reason:
                 part.left.append({"id": str(row.id), "reason": reason})
         return len(rows), last, part
@@ -184,7 +185,7 @@ def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
     return summary
 
 
-def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any,
+def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any, native_id: Any,
                 select: Callable[[ReceivedMessage], bool] | None, known: dict[QueueAddress, bool],
                 part: RetrySummary) -> str | None:
     """Move one row back to its FailedQ; return why it stays, or None."""
@@ -208,7 +209,7 @@ def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddres
         known[target] = dialect.table_exists(cur, target)
     if not known[target]:
         return f"queue {target_text} does not exist"
-    transport.book.queue(target).insert(cur, row.id, restored_headers(row.headers), row.body)
+    transport.book.queue(target).insert(cur, native_id, restored_headers(row.headers), row.body)
     dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **dialect.identifiers(error_queue))
     key = dialect.format_address(target)
     part.returned[key] = part.returned.get(key, 0) + 1

@@ -71,15 +71,19 @@ def exception_headers(exc: BaseException) -> dict[str, str]:
     help_link = getattr(exc, "help_link", None)
     if isinstance(help_link, str):
         out[h.EXCEPTION_HELP_LINK] = help_link
-    out[h.EXCEPTION_MESSAGE] = str(exc)[:MAX_EXCEPTION_MESSAGE]
+    message = exception_text(exc)
+    out[h.EXCEPTION_MESSAGE] = message[:MAX_EXCEPTION_MESSAGE]
     out[h.EXCEPTION_SOURCE] = kind.__module__
-    out[h.EXCEPTION_STACK_TRACE] = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    try:
+        out[h.EXCEPTION_STACK_TRACE] = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001 - a broken exception class still moves its message
+        out[h.EXCEPTION_STACK_TRACE] = message
     out[h.TIME_OF_FAILURE] = h.format_wire_time()
     data = getattr(exc, "data", None)
     if isinstance(data, dict):
         for key, value in data.items():
             if value is not None:
-                out[f"{h.EXCEPTION_DATA_PREFIX}{key}"] = str(value)
+                out[f"{h.EXCEPTION_DATA_PREFIX}{key}"] = exception_text(value)
     return out
 
 
@@ -107,6 +111,14 @@ def error_row_headers(headers: dict[str, str | None], native_id: str, source_que
         merged[h.MESSAGE_ID] = native_id
     merged.update(failure_headers(source_queue, exc, endpoint=endpoint))
     return merged
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` fails (never raises)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a handler's exception class may be broken; its message must still move
+        return f"<{type(exc).__name__}: str() of the exception failed>"
 
 
 class PoisonMessageError(Exception):

@@ -175,6 +175,8 @@ def parse_headers(text: str | None) -> dict[str, str | None]:
     strings: whitespace only, the literal ``null``, nesting too deep to parse."""
     if not text:
         return {}
+    if text.isspace():
+        raise PoisonHeadersError("Headers are only whitespace, not a JSON object")
     try:
         value = json.loads(text)
     except ValueError as exc:

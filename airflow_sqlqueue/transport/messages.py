@@ -100,12 +100,13 @@ class ReceivedMessage:
     :param headers_text: the Headers column as stored (None when not known).
     """
 
-    __slots__ = ("_id", "headers", "body", "seq", "queue", "headers_text")
+    __slots__ = ("_id", "_uuid", "headers", "body", "seq", "queue", "headers_text")
     __hash__ = None  # type: ignore[assignment]  # headers are a dict: messages are not hashable
 
     def __init__(self, id: Any, headers: dict[str, str | None], body: bytes | None, seq: int, queue: str = "",
                  headers_text: str | None = None) -> None:
         self._id = id
+        self._uuid = id if type(id) is uuid.UUID else None
         self.headers = headers
         self.body = body
         self.seq = seq
@@ -115,9 +116,9 @@ class ReceivedMessage:
     @property
     def id(self) -> uuid.UUID:
         """The native message id."""
-        value = self._id
-        if type(value) is not uuid.UUID:
-            value = self._id = native_uuid(value)
+        value = self._uuid
+        if value is None:
+            value = self._uuid = native_uuid(self._id)  # the stored id itself stays in native_id
         return value
 
     @property
@@ -164,3 +165,29 @@ def native_uuid(value: Any) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         return uuid.uuid5(NATIVE_ID_NAMESPACE, repr(value))
+
+
+def as_text(value: Any) -> str | None:
+    """A column meant to hold text (Headers), whatever it held: bytes that are not UTF-8 keep each bad byte as an
+    escape, a number becomes its text (SQLite stores what a foreign program gave it)."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def as_body(value: Any) -> bytes | None:
+    """A Body column as bytes, whatever it held: text as its UTF-8 (lone surrogates kept), a number as its text,
+    never ``bytes(n)`` (that many zero bytes, or a MemoryError)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape")  # bytes SQLite could not decode come back as they were
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+    return str(value).encode("utf-8")
+

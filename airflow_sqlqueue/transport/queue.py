@@ -27,7 +27,7 @@ from .errors import ForwardRefusedError, InvalidAddressError, NotAQueueError, Qu
 from .failures import PoisonMessageError, error_row_headers, failure_headers
 from .headers import PoisonHeadersError, parse_headers
 from .ids import new_id
-from .messages import ReceivedMessage, native_uuid
+from .messages import ReceivedMessage, as_body, as_text, native_uuid
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ _BYTES = bytes
 _STR = str
 _DICT = dict
 _seq_of = itemgetter(1)
+#: Below every position a row can hold (another program may insert a seq of 0 or below): "from the start".
+FIRST_SEQ = -(2**63)
 
 
 @dataclass
@@ -91,7 +93,10 @@ class TableQueue:
     def _rows(self, cursor: Any, statement: str, count: int) -> list[Sequence[Any]]:
         rows = self.dialect.execute(cursor, statement, {"batch_size": count}, **self.ids).fetchall()
         if len(rows) > 1:
-            rows.sort(key=_seq_of)
+            try:
+                rows.sort(key=_seq_of)
+            except TypeError:  # a NULL position in a table of another program: last, as the database orders it
+                rows.sort(key=lambda row: (row[1] is None, row[1] or 0))
         return rows
 
     def delete(self, cursor: Any, seqs: list[int]) -> None:
@@ -133,7 +138,7 @@ class TableQueue:
     def _unusual(self, cursor: Any, row: Sequence[Any], stats: ReceiveStats) -> ReceivedMessage | None:
         """Decide a row the fast path did not take: a message, or None once it was settled here."""
         raw_id, seq, expired, text, body = row
-        text = _as_text(text)
+        text = as_text(text)
         try:
             headers = parse_headers(text)
         except (PoisonHeadersError, ValueError, RecursionError, MemoryError) as exc:
@@ -144,7 +149,7 @@ class TableQueue:
         if expired:
             stats.expired += 1
             return None
-        body = _as_body(body)
+        body = as_body(body)
         forward = headers.pop(h.FORWARD_DESTINATION, None)
         if forward is not None:
             target = self._forward_target(forward)
@@ -204,7 +209,7 @@ class TableQueue:
         """Insert a row as it is (Id given, no Expires). A NULL body is written as empty bytes: NULL stops a .NET
         PostgreSQL receiver and ServiceControl's ingestion. When the table already holds that Id (Ids are unique,
         as upstream's primary key makes them) the row goes in under a new Id: a copy is never lost for its Id."""
-        params = {"id": _id_param(self.dialect, native_id), "headers": headers_text,
+        params = {"id": native_id_param(self.dialect, native_id), "headers": headers_text,
                   "body": b"" if body is None else body}
         if self.dialect.execute(cursor, "insert_raw", params, **self.ids).rowcount == 0:
             params["id"] = self.dialect.id_param(new_id())
@@ -224,7 +229,7 @@ class TableQueue:
         headers = {h.MESSAGE_ID: _id_text(native_id),
                    **failure_headers(self.wire, exc, endpoint=self.endpoint),
                    h.RAW_HEADERS: "" if text is None else text}
-        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), _as_body(body))
+        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), as_body(body))
 
     @property
     def endpoint(self) -> str:
@@ -300,31 +305,17 @@ class QueueBook:
         self._existing.discard(queue.address)
 
 
-def _as_text(value: Any) -> str | None:
-    """Headers as text, whatever the column held (bytes that are not UTF-8 keep their bytes as escapes)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "backslashreplace")
-    return str(value)
-
-
-def _as_body(value: Any) -> bytes | None:
-    """A body as bytes, whatever the column held: text as UTF-8, a number as its text (never that many zeros)."""
-    if value is None or type(value) is bytes:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    return str(value).encode("utf-8")
-
-
-def _id_param(dialect: Dialect, native_id: Any) -> Any:
-    """A native id for an insert: a UUID as the dialect binds it; a loose SQLite id as it was (NULL: a new UUID)."""
+def native_id_param(dialect: Dialect, native_id: Any) -> Any:
+    """A native id for an insert (the Id column as a row held it, written back unchanged): a UUID as the dialect
+    binds it; a loose SQLite id as it was (NULL: a new UUID)."""
     if isinstance(native_id, uuid.UUID):
         return dialect.id_param(native_id)
     if dialect.loose_types and native_id is not None:
+        if isinstance(native_id, str):
+            try:
+                native_id.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that were not UTF-8: written back as those bytes
+                return as_body(native_id)
         return native_id  # SQLite keeps whatever the row held
     return dialect.id_param(native_uuid(native_id) if native_id is not None else new_id())
 

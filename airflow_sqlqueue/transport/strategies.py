@@ -28,6 +28,7 @@ from . import headers as h
 from .claim import Claim
 from .dialects import Dialect
 from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueueError
+from .failures import exception_text
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .queue import TableQueue
@@ -366,7 +367,7 @@ class HeldBatch(ReceiveStrategy):
             sends.message_done(False)
             decision = self.recoverability.failed(message, exc)
             log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
-                        decision.attempts, self.recoverability.immediate_retries + 1, exc)
+                        decision.attempts, self.recoverability.immediate_retries + 1, exception_text(exc))
             if decision.action is Action.RETRY:
                 claim.release(message)
                 part.retries += 1

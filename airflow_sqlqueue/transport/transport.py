@@ -38,7 +38,7 @@ from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
 from .pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
 from .pump import MessagePump, ProcessSummary
-from .queue import QueueBook, ReceiveStats
+from .queue import FIRST_SEQ, QueueBook, ReceiveStats
 from .recoverability import Recoverability
 from .sending import Outbox
 from .session import Session
@@ -84,6 +84,7 @@ class SqlQueueTransport:
         self.outbox = Outbox(self.book)
         self.pubsub = PubSub(self.session, self.book, self.outbox, self.book.address(subscription_table))
         self.error_queue = self.book.error.address
+        self._connection_limit: int | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SqlQueueTransport:
@@ -292,8 +293,40 @@ class SqlQueueTransport:
         if the process dies: uncommitted batches return to the queue. ``breaker`` replaces the default 30 s
         circuit breaker.
         """
+        self.check_concurrency(concurrency, ask=False)
         return drain(self.session, self.book.queue(queue), sink, max_messages=max_messages,
                      max_duration=max_duration, batch_size=batch_size, concurrency=concurrency, breaker=breaker)
+
+    def check_concurrency(self, concurrency: int, what: str = "concurrency", *, ask: bool = True) -> None:
+        """Raise ValueError unless ``concurrency`` receivers (one connection each, plus one for sends and peeks)
+        fit the database: SQLite at most ``receiver_cap`` (64); PostgreSQL and SQL Server the connections the
+        server allows (PostgreSQL: max_connections less reserved slots, or a lower database or role limit).
+
+        ``ask=False`` (``drain``, ``pump``) opens no connection for it: the limit is checked when already read
+        (the drain operator asks before receiving; a receive loop's connections are the breaker's business)."""
+        check_count(concurrency, what)
+        cap = self.dialect.receiver_cap
+        if cap is not None:
+            if concurrency > cap:
+                raise ValueError(f"{what}={concurrency} is over {cap}, the most receivers this provider runs on "
+                                 f"{self.dialect.name} (one writer at a time: more only wait for the write lock)")
+            return
+        if self._connection_limit is None:
+            if not ask:
+                return
+            try:
+                self._connection_limit = self.session.run(self.dialect.connection_limit,
+                                                          what="read the connection limit", read_only=True) or 0
+            except Exception:  # noqa: BLE001 - the database is unreachable now: the receive loop's breaker decides
+                log.debug("connection limit unknown (database unreachable); checked at the next run")
+                return
+        limit = self._connection_limit
+        if limit and concurrency > limit - 1:
+            raise ValueError(
+                f"{what}={concurrency} needs {concurrency + 1} connections, but the {self.dialect.name} server "
+                f"allows {limit} for clients like this one (PostgreSQL: max_connections less the reserved "
+                f"connections, or a lower CONNECTION LIMIT of the database or role); use at most {limit - 1} "
+                "receivers, fewer when other programs connect too")
 
     # -- processing with a handler ---------------------------------------------------------------
     def pump(self, queue: str | QueueAddress, handler: Callable[..., Any], *,
@@ -304,6 +337,7 @@ class SqlQueueTransport:
         """A ``MessagePump`` for ``queue`` (``process`` runs one); ``breaker`` and ``failures`` replace the
         defaults (a 30 s circuit breaker, immediate-failure counts for 10,000 messages)."""
         table = self.book.queue(queue)
+        self.check_concurrency(concurrency, ask=False)
         recoverability = Recoverability(immediate_retries, delayed_retries, delayed_retry_delay, failures)
         if delayed_retries:
             self.run(lambda cur: self.book.require(cur, self.dialect.delayed_address(table.address)),
@@ -350,8 +384,8 @@ class SqlQueueTransport:
         except (ValueError, UnicodeDecodeError):
             return None
 
-    def browse(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 100) -> list[RawRow]:
-        """Rows after a position, without taking them (for listing an error queue)."""
+    def browse(self, queue: str | QueueAddress, *, after_seq: int = FIRST_SEQ, limit: int = 100) -> list[RawRow]:
+        """Rows after a position (default: from the first row, whatever its seq), without taking them."""
         table = self.book.queue(queue)
         check_count(limit, "limit")
         return self.run(lambda cur: [self.dialect.to_raw_row(r) for r in self.dialect.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -11,8 +12,13 @@ def is_whole(value: Any, minimum: int = 1) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    """Whether ``value`` is an int or float (not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """Whether ``value`` is a finite int or float (not a bool, not NaN, not infinity: NaN compares false with
+    everything, so a NaN interval or budget would pass every range check and then never end or never wait)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def check_count(value: Any, what: str, *, minimum: int = 1, allow_none: bool = False) -> None:
@@ -27,4 +33,5 @@ def check_seconds(value: Any, what: str, *, allow_none: bool = False) -> None:
     """Raise ValueError naming ``what`` unless ``value`` is a positive number of seconds (or None if allowed)."""
     if (value is None and allow_none) or (is_number(value) and value > 0):
         return
-    raise ValueError(f"{what} must be a positive number of seconds{' or None' if allow_none else ''}, got {value!r}")
+    raise ValueError(f"{what} must be a positive, finite number of seconds{' or None' if allow_none else ''}, got "
+                     f"{value!r}")

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from ..address import QueueAddress
 from ..errors import UnsupportedConnectionError
+from ..messages import as_body, as_text, native_uuid
 from ..sqlfile import Statement, load_statements
 
 Row = Sequence[Any]
@@ -77,6 +78,8 @@ class Dialect:
     #: Push wake-ups (LISTEN/NOTIFY) can be installed and listened for; others poll.
     supports_notify: bool = False
     notify_ddl: tuple[str, ...] = ()
+    #: Most receivers at once where the database has no connection limit to ask (SQLite), else None.
+    receiver_cap: int | None = None
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
@@ -258,14 +261,18 @@ class Dialect:
         (default: already the value; PostgreSQL returns the JSON string text, still escaped)."""
         return value
 
+    def connection_limit(self, cursor: Any) -> int | None:
+        """Connections a client may open at once on this database (None: no limit to ask for)."""
+        if "connection_limit" not in self.statements:
+            return None
+        value = self.scalar(cursor, "connection_limit")
+        return None if value is None else int(value)
+
     def to_raw_row(self, row: Row) -> RawRow:
-        """Normalize (id, seq, expired, headers, body) as returned by receive statements."""
+        """Normalize (id, seq, expired, headers, body) as returned by receive statements, whatever the columns held
+        (an id that is not a UUID reads as the UUID derived from it, see ``native_uuid``)."""
         raw_id, seq, expired, headers, body = row
-        if not isinstance(raw_id, uuid.UUID):
-            raw_id = uuid.UUID(str(raw_id))
-        if body is not None and not isinstance(body, bytes):
-            body = bytes(body)
-        return RawRow(raw_id, int(seq), bool(expired), headers, body)
+        return RawRow(native_uuid(raw_id), int(seq), bool(expired), as_text(headers), as_body(body))
 
     # -- operations a dialect may do differently --------------------------------------------------
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:

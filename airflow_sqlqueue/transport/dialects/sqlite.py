@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import uuid
 from typing import Any
@@ -24,6 +25,8 @@ class SqliteDialect(Dialect):
     queue_migration = ("migrate_dedupe_ids", "migrate_unique_id")
     single_writer = True
     loose_types = True
+    #: One writer at a time: more receivers than this only queue for the write lock (and hold threads).
+    receiver_cap = 64
 
     def __init__(self, paramstyle: str = "named") -> None:
         super().__init__(paramstyle)
@@ -46,6 +49,9 @@ class SqliteDialect(Dialect):
         # Transactions are started explicitly (BEGIN IMMEDIATE) so that a receive holds the write lock
         # from its first statement; WAL lets peeks and reads run beside a writer.
         connection.isolation_level = None
+        # Another program can store TEXT that is not UTF-8; the default decoder would fail the whole fetch (and
+        # stop the queue). Bad bytes come back as surrogate escapes and are written back as the same bytes.
+        connection.text_factory = _decode_text
         cur = connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA busy_timeout=60000")
@@ -171,3 +177,6 @@ class SqliteDialect(Dialect):
 
     def is_connection_lost(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc)
+
+
+_decode_text = functools.partial(str, encoding="utf-8", errors="surrogateescape")

@@ -475,3 +475,7 @@ DELETE FROM {queue} WHERE RowVersion = %(seq)s AND Id = TRY_CAST(%(id)s AS uniqu
 -- headers of a row that may be huge or not JSON.
 SELECT TOP (1) CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeSent"') END
 FROM {queue} WITH (READPAST) ORDER BY RowVersion
+
+-- connection_limit --
+-- Connections the server allows at once (the 'user connections' setting; 32,767 when it is 0, the default).
+SELECT @@MAX_CONNECTIONS

@@ -420,3 +420,12 @@ DELETE FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s
 -- TimeSent of the oldest row, found in the headers by pattern (JSON string text, still escaped): the age of the
 -- queue without reading the whole headers of a row that may be huge or not JSON.
 SELECT substring(left(headers, 1048576) from '"NServiceBus\.TimeSent"\s*:\s*"((?:[^"\\]|\\.)*)"') FROM {queue} ORDER BY seq LIMIT 1
+
+-- connection_limit --
+-- Connections other clients can open at once: max_connections less the slots kept for superusers and (PostgreSQL
+-- 16+) for roles with pg_use_reserved_connections; the per-database and per-role limits when lower.
+SELECT LEAST(
+    current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+        - COALESCE(NULLIF(current_setting('reserved_connections', true), '')::int, 0),
+    COALESCE(NULLIF((SELECT datconnlimit FROM pg_database WHERE datname = current_database()), -1), 2147483647),
+    COALESCE(NULLIF((SELECT rolconnlimit FROM pg_roles WHERE rolname = current_user), -1), 2147483647))

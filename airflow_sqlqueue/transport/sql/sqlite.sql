@@ -62,27 +62,29 @@ VALUES (%(headers)s, COALESCE(%(body)s, X''),
         strftime('%%Y-%%m-%%d %%H:%%M:%%f', julianday('now') + %(delay_ms)s / 86400000.0))
 
 -- receive_batch --
--- Delete up to %(batch_size)s of the oldest rows and return them.
+-- Delete up to %(batch_size)s of the oldest rows and return them. Expired compares as dates (julianday), so an
+-- Expires written by another program in another date format (ISO 8601 with T and Z, an offset) is read right,
+-- and one that is no date at all (NULL from julianday) is never taken for expired.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
-RETURNING id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+RETURNING id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
           headers, body
 
 -- lock_batch --
 -- Read up to %(batch_size)s of the oldest rows (the write lock taken by BEGIN IMMEDIATE holds them).
-SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
        headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s
 
 -- lock_after --
 -- Read rows after a position, oldest first, under the transaction's write lock.
-SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- browse --
 -- Read rows after a position without deleting them.
-SELECT id, seq, (expires IS NOT NULL AND expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
@@ -104,15 +106,16 @@ DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
 SELECT COALESCE((SELECT max(seq) FROM {queue}) - (SELECT min(seq) FROM {queue}) + 1, 0)
 
 -- purge_expired --
--- Delete up to %(batch_size)s expired rows by seq.
+-- Delete up to %(batch_size)s expired rows by seq (an Expires that is no date SQLite reads is never expired).
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} WHERE expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')
+WHERE seq IN (SELECT seq FROM {queue} WHERE expires IS NOT NULL AND julianday(expires) <= julianday('now')
               LIMIT %(batch_size)s)
 
 -- select_due_delayed --
--- Due delayed messages, oldest due first (moved by the mover in the same transaction).
+-- Due delayed messages, oldest due first (moved by the mover in the same transaction). Due compares as a date
+-- (another program may write another format); a Due that is no date is due now rather than never.
 SELECT seq, headers, body FROM {delayed}
-WHERE due < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') ORDER BY due, seq LIMIT %(batch_size)s
+WHERE COALESCE(julianday(due) < julianday('now'), 1) ORDER BY due, seq LIMIT %(batch_size)s
 
 -- savepoint --
 -- Mark a point to undo one message's work.
