@@ -28,6 +28,7 @@ LAYERS = {
     "strategies": 9, "receivers": 9,
     # operations
     "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "pubsub": 10, "archive": 10,
+    "partitions": 10,
     # the façade, and the package's public names
     "transport": 11, "__init__": 12,
 }

@@ -1,5 +1,5 @@
-"""Operators for SQL queue tables, one module per job: ``drain``, ``send``, ``maintenance``; ``base`` holds what
-they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
+"""Operators for SQL queue tables, one module per job: ``drain``, ``partition``, ``send``, ``maintenance``;
+``base`` holds what they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from .maintenance import (
     SqlQueueRetryErrorsOperator,
 )
 from .messages import message_from_dict, message_to_dict, outgoing_message
+from .partition import SqlQueuePartitionDrainOperator, SqlQueuePlanPartitionsOperator
 from .send import SqlQueueSendOperator
 
 __all__ = [
     "SqlQueueCheckSchemaOperator",
     "SqlQueueCreateQueuesOperator",
     "SqlQueueDrainOperator",
+    "SqlQueuePartitionDrainOperator",
+    "SqlQueuePlanPartitionsOperator",
     "SqlQueuePurgeExpiredOperator",
     "SqlQueueRetryErrorsOperator",
     "SqlQueueSendOperator",

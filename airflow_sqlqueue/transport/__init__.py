@@ -18,6 +18,7 @@ from .errors import (
 )
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .partitions import Partition
 from .pump import HandlerContext, ProcessSummary
 from .queue import ReceiveStats
 from .transport import ReceivedBatch, SqlQueueTransport, ddl_script
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidAddressError",
     "InvalidMessageError",
     "OutgoingMessage",
+    "Partition",
     "PermissionDeniedError",
     "ProcessSummary",
     "QueueAddress",
