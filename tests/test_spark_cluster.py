@@ -26,7 +26,8 @@ from airflow_sqlqueue.transport import headers as h
 from tests.spark_cluster import SparkCluster, spark_env
 from tests.test_spark import PLACED, nsb_headers
 
-pytestmark = pytest.mark.spark_cluster
+#: JVM start-ups on 2 shared cores: ~3.5 min idle, 10 min seen under heavy load (the default timeout is 5 min).
+pytestmark = [pytest.mark.spark_cluster, pytest.mark.timeout(1500)]
 DAG_FILE = "sqlqueue_spark_cluster.py"
 ROOT = Path(__file__).resolve().parent.parent
 
