@@ -97,6 +97,7 @@ def test_job_on_a_standalone_cluster_and_spark_connect_matches_local(
     through_connect = connect_dag.test(run_conf={"batches": str(batches), "output": str(connect_results)})
     assert str(through_connect.state) == "success", airflow_env.task_states(through_connect)
     assert airflow_env.xcom_value(through_connect, "spark")["messages"] == 420
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)  # set by the Connect session: not for local runs
 
     # 3. the local[2] run of the same job on the same batches: both results identical to it
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "spark_compare.py"), str(batches),
@@ -136,5 +137,5 @@ class _Background:
 def start_connect_in_background(cluster: SparkCluster) -> _Background:
     """Start the cluster's Spark Connect server in the background (its executors: one core on each worker)."""
     return _Background(lambda: cluster.start_connect({"spark.executor.memory": "512m", "spark.executor.cores": "1",
-                                                      "spark.cores.max": "2",
+                                                      "spark.cores.max": "2", "spark.sql.shuffle.partitions": "4",
                                                       "spark.sql.session.timeZone": "UTC"}))

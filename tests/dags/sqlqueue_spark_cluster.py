@@ -17,8 +17,10 @@ from airflow.sdk import DAG, Param
 
 from airflow_sqlqueue.spark.example_dag import drain_to_spark_submit_dag
 
-#: Two executors of one core each: the master spreads them over both workers.
-CLUSTER_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2"}
+#: Two executors of one core each: the master spreads them over both workers. Few shuffle partitions: the
+#: input is small, and 200 tasks per shuffle on 2 shared cores cost minutes.
+CLUSTER_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
+                "spark.sql.shuffle.partitions": "4"}
 
 dag = drain_to_spark_submit_dag("sqlqueue_spark_cluster", spark_conn_id="sqlqueue_spark_cluster",
                                 spark_conf=CLUSTER_CONF)
@@ -28,7 +30,6 @@ def process(inputs: str, output: str, spark: Any = None) -> dict[str, Any]:
     """The job on a Spark Connect session (``spark`` is given by ``PySparkOperator``)."""
     from airflow_sqlqueue.spark.job import run
 
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
     return run(spark, inputs, output)
 
 
