@@ -3,8 +3,9 @@
 Spark Connect server whose executors run on the same cluster. Both results are identical, row for row and in
 their summary, to a ``local[2]`` run of the same job on the same drained batches.
 
-Marked ``spark_cluster`` (about 3-4 minutes on 2 cores, most of it JVM start-ups): run alone with
-``pytest -m spark_cluster``. The cluster is started by tests/spark_cluster.py and stopped by PID at the end.
+Marked ``spark_cluster`` (15.5 minutes measured on 2 cores shared with other test runs, most of it JVM start-ups):
+run alone with ``pytest -m spark_cluster``, leave out with ``-m "not spark_cluster"``. The cluster is started
+by tests/spark_cluster.py and stopped by PID at the end.
 """
 
 from __future__ import annotations  # noqa: I001  (tests.airflow_env must be imported before airflow)
@@ -26,7 +27,7 @@ from airflow_sqlqueue.transport import headers as h
 from tests.spark_cluster import SparkCluster, spark_env
 from tests.test_spark import PLACED, nsb_headers
 
-#: JVM start-ups on 2 shared cores: ~3.5 min idle, 10 min seen under heavy load (the default timeout is 5 min).
+#: JVM start-ups on 2 shared cores: 15.5 min seen under heavy load (the default timeout is 5 min).
 pytestmark = [pytest.mark.spark_cluster, pytest.mark.timeout(1500)]
 DAG_FILE = "sqlqueue_spark_cluster.py"
 ROOT = Path(__file__).resolve().parent.parent
