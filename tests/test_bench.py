@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import main
 from tests.conftest import _PG_SKIP
 
@@ -36,3 +38,17 @@ def test_every_case_has_a_row_with_a_baseline_ratio(tmp_path: Path) -> None:
     assert payload["targets"] and all(t["measured"] is not None for t in payload["targets"])
     table = (tmp_path / "results.md").read_text()
     assert table.startswith("| case | db |") and "vs baseline" in table
+
+
+@pytest.mark.skipif(_PG_SKIP is not None, reason=str(_PG_SKIP))
+def test_partitioned_drain_bench_counts_every_message(tmp_path: Path) -> None:
+    """``python -m bench.partitions`` with tiny sizes: a row per number of tasks, every message drained (the
+    harness raises otherwise), files and a manifest per partition."""
+    from bench.partitions import main as partitions_main
+
+    assert partitions_main(["--messages", "3000", "--tasks", "1,2", "--batch-size", "500",
+                            "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "partitions.json").read_text())["rows"]
+    assert [(r["tasks"], r["messages"]) for r in rows] == [(1, 3000), (2, 3000)]
+    assert all(r["files"] >= 6 and len(r["per_task_seconds"]) == r["tasks"] for r in rows)
+    assert "ratio to 1 task" in (tmp_path / "partitions.md").read_text()

@@ -1,4 +1,4 @@
-"""Operators for SQL queue tables, one module per job: ``drain``, ``send``, ``publish``, ``maintenance``;
+"""Operators for SQL queue tables, one module per job: ``drain``, ``partition``, ``send``, ``publish``, ``maintenance``;
 ``base`` holds what they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from .maintenance import (
     SqlQueueRetryErrorsOperator,
 )
 from .messages import message_from_dict, message_to_dict, outgoing_message
+from .partition import SqlQueuePartitionDrainOperator, SqlQueuePlanPartitionsOperator
 from .publish import SqlQueuePublishOperator
 from .retry import SqlQueueBatchRetryOperator
 from .send import SqlQueueSendOperator
@@ -21,6 +22,8 @@ __all__ = [
     "SqlQueueCreateQueuesOperator",
     "SqlQueueDrainOperator",
     "SqlQueuePublishOperator",
+    "SqlQueuePartitionDrainOperator",
+    "SqlQueuePlanPartitionsOperator",
     "SqlQueuePurgeExpiredOperator",
     "SqlQueueRetryErrorsOperator",
     "SqlQueueSendOperator",

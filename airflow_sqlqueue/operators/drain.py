@@ -17,7 +17,7 @@ from airflow.sdk.configuration import conf
 
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
-from airflow_sqlqueue.transport import ReceivedMessage, SqlQueueTransport, TransactionMode
+from airflow_sqlqueue.transport import Partition, ReceivedMessage, SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.validation import check_count, check_seconds
 
 from .base import SqlQueueBaseOperator, rendered_number
@@ -232,16 +232,19 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
 
     # -- the receive loop --------------------------------------------------------------------------------
     def _drain(self, transport: SqlQueueTransport, sink: Callable[[list[ReceivedMessage]], int],
-               budget: int | None, context: Context) -> int:
+               budget: int | None, context: Context, partition: Partition | None = None) -> int:
         """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit.
 
         The counts (delivered, expired, poison, ...) are pushed as the XCom ``drain_summary``.
         """
         summary = transport.drain(self.queue_name, sink, max_messages=budget, max_duration=self.max_duration,
-                                  batch_size=self.batch_size, concurrency=self.max_concurrency)
-        self.log.info("drain of %s: %s", self.queue_name, summary.as_dict())
+                                  batch_size=self.batch_size, concurrency=self.max_concurrency, partition=partition)
+        counts = summary.as_dict()
+        if partition is not None:
+            counts["partition"] = partition.as_dict()
+        self.log.info("drain of %s: %s", self.queue_name, counts)
         metrics.incr("drained", self.sqlqueue_conn_id, transport.name(self.queue_name), summary.delivered)
         ti = context.get("ti")
         if ti is not None:  # always there in a task run; absent when execute() is called directly
-            ti.xcom_push(key=DRAIN_SUMMARY_KEY, value=summary.as_dict())
+            ti.xcom_push(key=DRAIN_SUMMARY_KEY, value=counts)
         return summary.delivered

@@ -155,8 +155,12 @@ def drain_to_spark_dag(dag_id: str = "example_sqlqueue_drain_to_spark", **dag_ar
 
 
 def drain_to_spark_submit_dag(dag_id: str = "example_sqlqueue_drain_to_spark_submit",
-                              spark_conn_id: str = DEFAULT_SPARK_CONN_ID, **dag_args: Any) -> DAG:
-    """sensor -> drain to Parquet -> ``SparkSubmitOperator`` (any master) -> summary."""
+                              spark_conn_id: str = DEFAULT_SPARK_CONN_ID, spark_conf: dict[str, Any] | None = None,
+                              **dag_args: Any) -> DAG:
+    """sensor -> drain to Parquet -> ``SparkSubmitOperator`` (any master) -> summary.
+
+    ``spark_conf`` is added to the job's Spark settings (executor memory and cores on a cluster, say).
+    """
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from airflow_sqlqueue.spark.submit import spark_submit_arguments
@@ -167,7 +171,7 @@ def drain_to_spark_submit_dag(dag_id: str = "example_sqlqueue_drain_to_spark_sub
              params=drain_to_spark_params(), user_defined_macros={"run_folder": run_folder}, **dag_args) as dag:
         drain = _wait_and_drain()
         submit = SparkSubmitOperator(task_id="spark", **spark_submit_arguments(
-            f"{folder}/batches", f"{folder}/results", conn_id=spark_conn_id))
+            f"{folder}/batches", f"{folder}/results", conn_id=spark_conn_id, conf=spark_conf))
         results = read_results()
         drain >> submit >> results
         summary(results)

@@ -18,6 +18,7 @@ from .errors import (
 )
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .partitions import Partition
 from .pubsub import PublishResult, Subscription
 from .pump import HandlerContext, ProcessSummary
 from .queue import ReceiveStats
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidAddressError",
     "InvalidMessageError",
     "OutgoingMessage",
+    "Partition",
     "PermissionDeniedError",
     "ProcessSummary",
     "PublishResult",

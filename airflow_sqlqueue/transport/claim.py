@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import SqlQueueError
 from .messages import ReceivedMessage
-from .queue import ReceiveStats, TableQueue
+from .queue import ReceiveStats, SeqRange, TableQueue
 from .session import Session, Transaction
 
 
@@ -37,14 +37,19 @@ class Claim:
     :param session: the transport's session (pool and transactions).
     :param queue: the queue to claim rows of.
     :param take: delete the rows when they are locked (keep-all-or-nothing callers).
+    :param within: claim only rows at these positions (with ``take``: a partition of a partitioned drain).
     """
 
     _numbers = itertools.count(1)
 
-    def __init__(self, session: Session, queue: TableQueue, *, take: bool = False) -> None:
+    def __init__(self, session: Session, queue: TableQueue, *, take: bool = False,
+                 within: SeqRange | None = None) -> None:
+        if within is not None and not take:
+            raise ValueError("a claim restricted to a position range must take its rows (take=True)")
         self.session = session
         self.queue = queue
         self.take = take
+        self.within = within
         #: A number unique in this process (the event trigger tells its claims apart by it).
         self.number = next(self._numbers)
         self.messages: list[ReceivedMessage] = []
@@ -69,7 +74,7 @@ class Claim:
             tx = self._tx = self.session.begin()
             try:
                 cursor = tx.cursor
-                rows = self.queue.take(cursor, count) if self.take else self.queue.lock(cursor, count)
+                rows = self.queue.take(cursor, count, self.within) if self.take else self.queue.lock(cursor, count)
                 self.locked = len(rows)
                 self.messages, settled = self.queue.sort_out(cursor, rows, self.stats)
                 self._done = [] if self.take else settled  # taken rows are deleted already

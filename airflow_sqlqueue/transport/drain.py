@@ -9,7 +9,7 @@ from collections.abc import Callable
 from .circuit_breaker import CircuitBreaker
 from .claim import Claim
 from .messages import ReceivedMessage
-from .queue import TableQueue
+from .queue import SeqRange, TableQueue
 from .receivers import ReceiverLoop
 from .session import RetryPolicy, Session
 from .summaries import DrainSummary
@@ -22,12 +22,13 @@ Sink = Callable[[list[ReceivedMessage]], int]
 
 def drain(session: Session, queue: TableQueue, sink: Sink, *, max_messages: int | None,
           max_duration: float | None, batch_size: int, concurrency: int,
-          breaker: CircuitBreaker | None = None) -> DrainSummary:
+          breaker: CircuitBreaker | None = None, within: SeqRange | None = None) -> DrainSummary:
     """Receive until ``max_messages`` are delivered, ``max_duration`` passes, or the queue is empty.
 
     Each batch is one claim: ``sink`` runs while it is open and the rows leave the queue only when the sink
     returned, so a crash at any point loses nothing (a batch stored but not committed is received again:
-    duplicates carry the same Id).
+    duplicates carry the same Id). ``within`` restricts every claim to a range of positions (one partition of a
+    partitioned drain: see ``partitions``).
     """
     summary = DrainSummary()
     lock = threading.Lock()
@@ -36,7 +37,7 @@ def drain(session: Session, queue: TableQueue, sink: Sink, *, max_messages: int 
     loop = ReceiverLoop(retry, batch_size=batch_size, concurrency=concurrency)
 
     def one_batch(n: int) -> tuple[int, int]:
-        with Claim(session, queue, take=True).open(n) as claim:
+        with Claim(session, queue, take=True, within=within).open(n) as claim:
             delivered = sink(claim.messages) if claim.messages else 0
         with lock:
             summary.delivered += delivered

@@ -61,6 +61,30 @@ class ReceiveStats:
         self.forwarded += other.forwarded
 
 
+#: The upper end of an open ``SeqRange`` (the largest bigint: above every position a queue can have).
+MAX_SEQ = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SeqRange:
+    """Positions ``first`` to ``last`` of a queue, both included (``last`` None: no upper end).
+
+    A partitioned drain gives each partition one range: ranges that do not overlap make claims that cannot.
+    """
+
+    first: int
+    last: int | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.first) is not int or (self.last is not None and type(self.last) is not int):
+            raise ValueError(f"a position range needs whole numbers, got first={self.first!r}, last={self.last!r}")
+        if self.last is not None and self.last < self.first:
+            raise ValueError(f"a position range must not end ({self.last}) before it starts ({self.first})")
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self.first <= seq and (self.last is None or seq <= self.last)
+
+
 class TableQueue:
     """Statements about one queue table. Every method takes the cursor of a transaction the caller holds.
 
@@ -84,14 +108,25 @@ class TableQueue:
     # -- taking rows -------------------------------------------------------------------------------
     def lock(self, cursor: Any, count: int) -> list[Sequence[Any]]:
         """Lock up to ``count`` of the oldest rows no other receiver holds (held until the transaction ends)."""
-        return self._rows(cursor, "lock_batch", count)
+        return self._rows(cursor, "lock_batch", {"batch_size": count})
 
-    def take(self, cursor: Any, count: int) -> list[Sequence[Any]]:
-        """Delete up to ``count`` of the oldest rows no other receiver holds and return them."""
-        return self._rows(cursor, "receive_batch", count)
+    def take(self, cursor: Any, count: int, within: SeqRange | None = None) -> list[Sequence[Any]]:
+        """Delete up to ``count`` of the oldest rows no other receiver holds (only positions ``within`` the range,
+        when given) and return them."""
+        if within is None:
+            return self._rows(cursor, "receive_batch", {"batch_size": count})
+        last = MAX_SEQ if within.last is None else within.last
+        return self._rows(cursor, "receive_range", {"batch_size": count, "first_seq": within.first, "last_seq": last})
 
-    def _rows(self, cursor: Any, statement: str, count: int) -> list[Sequence[Any]]:
-        rows = self.dialect.execute(cursor, statement, {"batch_size": count}, **self.ids).fetchall()
+    def bounds(self, cursor: Any) -> SeqRange | None:
+        """The positions of the oldest and the newest row (None when the queue is empty)."""
+        first, last = self.dialect.execute(cursor, "seq_bounds", None, **self.ids).fetchone()
+        if first is None or last is None:
+            return None
+        return SeqRange(int(first), int(last))
+
+    def _rows(self, cursor: Any, statement: str, params: dict[str, Any]) -> list[Sequence[Any]]:
+        rows = self.dialect.execute(cursor, statement, params, **self.ids).fetchall()
         if len(rows) > 1:
             try:
                 rows.sort(key=_seq_of)

@@ -36,9 +36,10 @@ from .failures import FailureInfoStorage
 from .maintenance import check, purge_expired
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
 from .pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
 from .pump import MessagePump, ProcessSummary
-from .queue import FIRST_SEQ, QueueBook, ReceiveStats
+from .queue import FIRST_SEQ, QueueBook, ReceiveStats, SeqRange
 from .recoverability import Recoverability
 from .sending import Outbox
 from .session import Session
@@ -286,16 +287,35 @@ class SqlQueueTransport:
 
     def drain(self, queue: str | QueueAddress, sink: Sink, *, max_messages: int | None = None,
               max_duration: float | None = None, batch_size: int = 500, concurrency: int = 1,
-              breaker: CircuitBreaker | None = None) -> DrainSummary:
+              breaker: CircuitBreaker | None = None, partition: Partition | None = None) -> DrainSummary:
         """Receive batches with ``concurrency`` receivers and store each with ``sink(messages)`` before its commit.
 
         ``sink`` returns how many messages it delivered (they count against ``max_messages``). Nothing is lost
         if the process dies: uncommitted batches return to the queue. ``breaker`` replaces the default 30 s
-        circuit breaker.
+        circuit breaker. ``partition`` (from ``plan_partitions``) restricts every receive to its positions.
         """
         self.check_concurrency(concurrency, ask=False)
-        return drain(self.session, self.book.queue(queue), sink, max_messages=max_messages,
-                     max_duration=max_duration, batch_size=batch_size, concurrency=concurrency, breaker=breaker)
+        table = self.book.queue(queue)
+        within: SeqRange | None = None
+        if partition is not None:
+            if not self.dialect.same_queue(self.address(partition.queue), table.address):
+                raise ValueError(f"partition {partition.index} is a partition of {partition.queue!r}, not of "
+                                 f"{table.name!r}; drain the queue the partitions were planned for")
+            within = partition.seq_range
+        return drain(self.session, table, sink, max_messages=max_messages, max_duration=max_duration,
+                     batch_size=batch_size, concurrency=concurrency, breaker=breaker, within=within)
+
+    def plan_partitions(self, queue: str | QueueAddress, *, partitions: int | None = None,
+                        messages_per_partition: int = DEFAULT_MESSAGES_PER_PARTITION,
+                        max_partitions: int = DEFAULT_MAX_PARTITIONS, open_end: bool = False) -> list[Partition]:
+        """Split the backlog of ``queue`` into disjoint partitions for parallel drains (see ``partitions``).
+
+        :param partitions: how many; None: ``ceil(depth / messages_per_partition)``, 1 to ``max_partitions``.
+        :param open_end: the last partition also drains messages sent after the plan.
+        """
+        return plan_partitions(self.session, self.book.queue(queue), partitions=partitions,
+                               messages_per_partition=messages_per_partition, max_partitions=max_partitions,
+                               open_end=open_end)
 
     def check_concurrency(self, concurrency: int, what: str = "concurrency", *, ask: bool = True) -> None:
         """Raise ValueError unless ``concurrency`` receivers (one connection each, plus one for sends and peeks)

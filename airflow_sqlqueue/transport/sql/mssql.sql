@@ -200,6 +200,27 @@ OUTPUT deleted.Id,
        deleted.Headers,
        deleted.Body
 
+-- receive_range --
+-- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= RowVersion <= %(last_seq)s that no other
+-- receiver holds, and return them: one partition of a partitioned drain (the range keeps partitions disjoint).
+WITH message AS (
+    SELECT TOP (%(batch_size)s) *
+    FROM {queue} WITH (UPDLOCK, READPAST, ROWLOCK)
+    WHERE RowVersion BETWEEN %(first_seq)s AND %(last_seq)s
+    ORDER BY RowVersion)
+DELETE FROM message
+OUTPUT deleted.Id,
+       deleted.RowVersion,
+       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       deleted.Headers,
+       deleted.Body
+
+-- seq_bounds --
+-- Oldest and newest RowVersion, skipping rows held by receivers (two index seeks; NULLs when empty): what a
+-- partitioned drain splits.
+SELECT MIN(RowVersion), MAX(RowVersion)
+FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)
+
 -- lock_batch --
 -- Lock (without deleting) up to %(batch_size)s of the oldest rows no other receiver holds; locks last until commit.
 SELECT TOP (%(batch_size)s)

@@ -109,6 +109,18 @@ DELETE FROM {queue}
 WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
 RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
+-- receive_range --
+-- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s that no other receiver
+-- holds, and return them: one partition of a partitioned drain (the range keeps partitions disjoint).
+DELETE FROM {queue}
+WHERE seq IN (SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
+              ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+
+-- seq_bounds --
+-- Oldest and newest positions (two index seeks, no locks; NULLs when empty): what a partitioned drain splits.
+SELECT (SELECT seq FROM {queue} ORDER BY seq LIMIT 1), (SELECT seq FROM {queue} ORDER BY seq DESC LIMIT 1)
+
 -- lock_batch --
 -- Lock (without deleting) up to %(batch_size)s of the oldest rows no other receiver holds.
 SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body

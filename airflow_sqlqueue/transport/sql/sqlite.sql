@@ -70,6 +70,19 @@ WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
 RETURNING id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
           headers, body
 
+-- receive_range --
+-- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s and return them: one
+-- partition of a partitioned drain (the range keeps partitions disjoint).
+DELETE FROM {queue}
+WHERE seq IN (SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
+              ORDER BY seq LIMIT %(batch_size)s)
+RETURNING id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+          headers, body
+
+-- seq_bounds --
+-- Oldest and newest positions (both ends of the rowid; NULLs when empty): what a partitioned drain splits.
+SELECT (SELECT min(seq) FROM {queue}), (SELECT max(seq) FROM {queue})
+
 -- lock_batch --
 -- Read up to %(batch_size)s of the oldest rows (the write lock taken by BEGIN IMMEDIATE holds them).
 SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
