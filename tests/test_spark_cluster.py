@@ -59,6 +59,17 @@ def _queue_with_traffic(database: Path) -> set[str]:
     return {str(i) for i in sent}
 
 
+def _forget_local_master() -> None:
+    """An earlier local session of this test process (tests/test_spark.py) launched the Py4J gateway JVM with
+    ``--master local[2]``, which stays a JVM system property: a later ``SparkConf()`` (the PySparkOperator's) would
+    read it and Spark Connect refuses a master. A real worker process starts clean; clear it here."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is not None:
+        jvm.java.lang.System.clearProperty("spark.master")
+
+
 def test_job_on_a_standalone_cluster_and_spark_connect_matches_local(
         airflow_db, cluster: SparkCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # the Connect server starts while the first DAG runs (its executors take the workers' second cores)
@@ -67,6 +78,7 @@ def test_job_on_a_standalone_cluster_and_spark_connect_matches_local(
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the client-mode driver listens on loopback only
     monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)  # restored after the Connect session
+    _forget_local_master()
     database = tmp_path / "queues.db"
     delivered = _queue_with_traffic(database)
     airflow_env.sqlite_connection("sqlqueue_spark_cluster_q", database)

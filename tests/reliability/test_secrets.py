@@ -234,20 +234,21 @@ def test_triggers_events_errors_and_logs_free_of_the_password(db, monkeypatch, c
     producer = SqlQueueMessageTrigger.create_shared_stream_producer(SqlQueueMessageTrigger(
         conn_id=up, queue_name=db.q("orders"), error_queue=db.q("error"), poll_interval=0.1).serialize()[1])
 
-    async def cycle() -> list[dict]:
+    async def cycle() -> dict:
         stream = producer.open_stream()
-        items = [await anext(stream) for _ in range(2)]
-        await producer.advance([AdvanceItem(items[0][1], AdvanceOutcome(acked=1, failed=0)),
-                                AdvanceItem(items[1][1], AdvanceOutcome(acked=0, failed=0, rejected=1))])
+        raw, number = await anext(stream)  # one event for the claimed batch
+        await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=0, failed=0, rejected=1))])
         await stream.aclose()
         await producer.aclose()
-        return [raw for raw, _ in items]
+        return raw
 
-    raws = asyncio.run(asyncio.wait_for(cycle(), 60))
-    assert [r["body"] for r in raws] == ["acked", "rejected"]
-    texts.append(json.dumps(raws))
+    raw = asyncio.run(asyncio.wait_for(cycle(), 60))
+    assert [m["body"] for m in raw["messages"]] == ["acked", "rejected"]
+    texts.append(json.dumps(raw))
     errors = db.transport.browse(db.q("error"))
-    assert len(errors) == 2  # the poison row and the rejected message
+    assert len(errors) == 3  # the poison row and the rejected batch
     texts += [row.headers for row in errors]
     out, err = capfd.readouterr()
-    assert _assert_clean(secret, caplog, *texts, out, err) > 0, "nothing was logged: the check proves nothing"
+    # the logs reach either the capture handler or, once Airflow's structlog owns the handlers, stdout/stderr
+    checked = _assert_clean(secret, caplog, *texts, out, err)
+    assert checked > 0 or (out + err).strip(), "nothing was logged: the check proves nothing"
