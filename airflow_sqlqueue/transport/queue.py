@@ -29,6 +29,7 @@ from .failures import PoisonMessageError, error_row_headers, failure_headers
 from .headers import PoisonHeadersError, parse_headers
 from .ids import new_id
 from .messages import ReceivedMessage, as_body, as_text, native_uuid
+from .redaction import first_line
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class TableQueue:
         except Exception as exc:  # noqa: BLE001 - the insert is undone; the row goes to the error queue instead
             self.dialect.execute(cursor, "rollback_to_savepoint", None, savepoint=savepoint)
             self.book.forget(target)
-            return ForwardRefusedError(f"forwarding to {target.name!r} failed: {_first_line(exc)}")
+            return ForwardRefusedError(f"forwarding to {target.name!r} failed: {first_line(exc)}")
         self.dialect.execute(cursor, "release_savepoint", None, savepoint=savepoint)
         return None
 
@@ -372,7 +373,3 @@ def _id_text(native_id: Any) -> str:
     """A native id as upstream receivers show it when ``NServiceBus.MessageId`` is missing (lower-case, hyphens)."""
     return str(native_uuid(native_id)) if not isinstance(native_id, str) else native_id.lower()
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from .queue import TableQueue
+from .redaction import first_line
 from .session import Session, close_quietly
 from .validation import check_seconds
 
@@ -78,7 +79,7 @@ class Wakeups:
             self._listener = connection
         except Exception as exc:  # noqa: BLE001 - push is an optimisation: poll instead, say why
             log.warning("wake-ups for %s are off, polling every %.1f s: %s", self.queue.name, self.poll_interval,
-                        _first_line(exc))
+                        first_line(exc))
         return self.push
 
     def close(self) -> None:
@@ -108,7 +109,7 @@ class Wakeups:
             try:
                 payloads = self.dialect.notifications(self._listener, left)
             except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
-                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, _first_line(exc))
+                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, first_line(exc))
                 self.close()
                 self._checked = False
                 return False
@@ -126,7 +127,3 @@ class Wakeups:
             return False
         return await asyncio.to_thread(self.wait, found)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
