@@ -11,8 +11,7 @@ from typing import Any
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.payload import to_payload
-
-from .terminal import printable, printable_json
+from airflow_sqlqueue.transport.printable import printable, printable_json
 
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueue
 from .failures import exception_text
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .printable import printable
 from .queue import TableQueue
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
@@ -249,7 +250,7 @@ def acknowledge_retry(sends: SendPolicy, queue: TableQueue, message: ReceivedMes
         allowed = False
     if not allowed:
         log.warning("not acknowledging the ServiceControl retry of message %s: %s %r is not the error queue nor a "
-                    "forward_to queue", message.message_id, h.RETRY_ACKNOWLEDGEMENT_QUEUE, target)
+                    "forward_to queue", printable(message.message_id), h.RETRY_ACKNOWLEDGEMENT_QUEUE, printable(target))
         return
     ack = OutgoingMessage(b"", {h.RETRY_SUCCESSFUL: h.format_wire_time(), h.RETRY_UNIQUE_MESSAGE_ID: unique_id,
                                 h.CONTROL_MESSAGE: "True"})
@@ -315,7 +316,7 @@ class AtMostOnce(ReceiveStrategy):
                 except Exception:
                     part.lost += 1
                     log.exception("handler failed for message %s in mode NONE: the message is lost",
-                                  message.message_id)
+                                  printable(message.message_id))
         finally:
             summary.add(part)
 
@@ -405,8 +406,8 @@ class HeldBatch(ReceiveStrategy):
         """The handler raised: retry (release), delay or reject; return True when the message leaves the queue."""
         sends.message_done(False)
         decision = self.recoverability.failed(message, exc)
-        log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
-                    decision.attempts, self.recoverability.immediate_retries + 1, exception_text(exc))
+        log.warning("handler failed for message %s (attempt %d of %d): %s", printable(message.message_id),
+                    decision.attempts, self.recoverability.immediate_retries + 1, printable(exception_text(exc)))
         if decision.action is Action.RETRY:
             claim.release(message)
             part.retries += 1
