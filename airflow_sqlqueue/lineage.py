@@ -52,3 +52,8 @@ def operator_lineage(inputs: list[tuple[str, str]], outputs: list[tuple[str, str
         return None
     return OperatorLineage(inputs=[Dataset(namespace=n, name=d) for n, d in inputs],
                            outputs=[Dataset(namespace=n, name=d) for n, d in outputs])
+
+
+def retry_lineage(hook: SqlQueueHook, error_queue: str, returned_to: list[str]) -> Any:
+    """The lineage of a retry: the error queue in, the queues messages were returned to out."""
+    return operator_lineage([queue_dataset(hook, error_queue)], [queue_dataset(hook, q) for q in returned_to])
