@@ -103,3 +103,47 @@ def test_a_dag_run_reports_queue_to_drain_to_spark(airflow_db: None, tmp_path: P
         assert datasets("drain", "inputs") == [queue] and datasets("drain", "outputs") == [parquet]
         assert parquet in datasets("spark", "inputs")
         assert SECRET not in text and "postgres@" not in text
+
+
+def test_operators_that_move_messages_between_tables_report_both_tables(
+        airflow_db: None, tmp_path: Path) -> None:  # noqa: F811
+    from airflow_sqlqueue.operators import (
+        SqlQueueBatchRetryOperator,
+        SqlQueuePartitionDrainOperator,
+        SqlQueuePublishOperator,
+        SqlQueueRetryErrorsOperator,
+    )
+    from airflow_sqlqueue.transport import OutgoingMessage
+    from airflow_sqlqueue.transport import headers as h
+
+    path = tmp_path / "queues.db"
+    conn = airflow_env.sqlite_connection("sqlqueue_lineage_moves", path)
+    namespace = f"sqlite://{path.resolve()}"
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        transport.create_queues(["orders", "billing", "error"])
+        transport.create_subscription_table()
+        transport.subscribe("orders", ["Sales.OrderPlaced"])
+        transport.subscribe("billing", ["Sales.OrderPlaced"])
+        transport.send_many("error", [OutgoingMessage(b"x", {h.FAILED_Q: "billing"})] * 2
+                            + [OutgoingMessage(b"y", {h.FAILED_Q: "orders"})])
+        transport.send("orders", b"z")
+        [partition] = transport.plan_partitions("orders", partitions=1, open_end=True)
+
+    def found(op: object) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        lineage = op.get_openlineage_facets_on_complete(None)
+        return [(d.namespace, d.name) for d in lineage.inputs], [(d.namespace, d.name) for d in lineage.outputs]
+
+    publish = SqlQueuePublishOperator(task_id="publish", sqlqueue_conn_id=conn, event_type="Sales.OrderPlaced")
+    publish.execute({})
+    assert found(publish) == ([], [(namespace, "billing"), (namespace, "orders")])
+    drain = SqlQueuePartitionDrainOperator(task_id="part", sqlqueue_conn_id=conn, queue_name="orders",
+                                           partition=partition.as_dict(), output_path=str(tmp_path / "p"))
+    assert len(drain.execute({})) == 1
+    assert found(drain) == ([(namespace, "orders")], [("file", str(tmp_path / "p"))])
+    batch = SqlQueueBatchRetryOperator(task_id="batch", sqlqueue_conn_id=conn, failed_q="billing")
+    assert found(batch) == ([(namespace, "error")], [])  # before it ran: nothing returned yet
+    batch.execute({})
+    assert found(batch) == ([(namespace, "error")], [(namespace, "billing")])
+    retry = SqlQueueRetryErrorsOperator(task_id="retry", sqlqueue_conn_id=conn)
+    retry.execute({})
+    assert found(retry) == ([(namespace, "error")], [(namespace, "orders")])

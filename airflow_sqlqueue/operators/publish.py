@@ -68,7 +68,7 @@ class SqlQueuePublishOperator(SqlQueueBaseOperator):
         base_types = [self.base_types] if isinstance(self.base_types, str) else list(self.base_types or ())
         with self.open_transport() as transport:
             result = transport.publish(self.event_type, message, base_types=base_types)
-        self._published = list(result.sent)
+        self._published = sorted(result.sent)
         for queue in result.sent:
             metrics.incr("published", self.sqlqueue_conn_id, queue)
         self.log.info("published %s to %d subscribed queues: %s", self.event_type, len(result.sent),
