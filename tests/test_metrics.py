@@ -209,3 +209,29 @@ def test_health_dag_sends_throughput_from_two_runs(statsd: Listener, airflow_db:
     rate = 7 / ((second["orders"][1] - first["orders"][1]) / 60)
     gauges = [line for line in statsd.read() if line.startswith(f"airflow.sqlqueue.throughput_per_minute.{conn}.")]
     assert gauges == [f"airflow.sqlqueue.throughput_per_minute.{conn}.orders:{round(rate, 2)}|g"], gauges
+
+
+def test_a_process_that_set_up_only_the_core_client_gets_the_metrics(  # the triggerer, the scheduler
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow._shared.observability.metrics import stats as core_stats
+    from airflow.observability.metrics import stats_utils as core_stats_utils
+    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+
+    listener = Listener()
+    for key, value in (("STATSD_ON", "True"), ("STATSD_HOST", "127.0.0.1"), ("STATSD_PORT", str(listener.port)),
+                       ("STATSD_PREFIX", "core")):
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    monkeypatch.setattr(sdk_stats, "_factory", None)  # as in a process where no task ran
+    monkeypatch.setattr(sdk_stats, "_backend", None)
+    monkeypatch.setattr(core_stats, "_backend", None)
+    monkeypatch.setattr(core_stats, "_factory", core_stats_utils.get_stats_factory())
+    try:
+        assert metrics.stats_module() is core_stats
+        metrics.incr("trigger_events", "c", "orders")
+        assert listener.read() == ["core.sqlqueue.trigger_events.c.orders:1|c"]
+        monkeypatch.setattr(core_stats, "_factory", None)  # neither set up (a script): the SDK's, from [metrics]
+        metrics.gauge("queue_depth", "c", "orders", 4)
+        assert listener.read()[-1] == "core.sqlqueue.queue_depth.c.orders:4|g"
+        assert sdk_stats._factory is not None
+    finally:
+        listener.socket.close()
