@@ -72,6 +72,7 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
     from airflow_sqlqueue.operators import (
         SqlQueueBatchRetryOperator,
         SqlQueueDrainOperator,
+        SqlQueuePartitionDrainOperator,
         SqlQueuePublishOperator,
         SqlQueueRetryErrorsOperator,
         SqlQueueSendOperator,
@@ -103,6 +104,9 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
         SqlQueueBatchRetryOperator(task_id="retry", sqlqueue_conn_id=conn, batch_size=2, failed_q="billing",
                                    allowed_queues=["billing"]).execute({})
         SqlQueueRetryErrorsOperator(task_id="retry_errors", sqlqueue_conn_id=conn, failed_q="orders").execute({})
+        [part] = transport.plan_partitions("billing", partitions=1)
+        SqlQueuePartitionDrainOperator(task_id="part", sqlqueue_conn_id=conn, queue_name="billing",
+                                       partition=part.as_dict(), output_path=str(tmp_path / "p")).execute({})
         transport.create_subscription_table()
         transport.subscribe("events", ["Sales.OrderPlaced"])
         transport.subscribe("billing", ["Sales.OrderPlaced"])
@@ -117,6 +121,7 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
                 f"airflow.sqlqueue.trigger_events.{conn}.orders:1|c", f"airflow.sqlqueue.drained.{conn}.orders:2|c",
                 f"airflow.sqlqueue.processed.{conn}.orders:1|c", f"airflow.sqlqueue.failed.{conn}.orders:1|c",
                 f"airflow.sqlqueue.retried.{conn}.billing:2|c", f"airflow.sqlqueue.retried.{conn}.orders:3|c",
+                f"airflow.sqlqueue.drained.{conn}.billing:4|c",
                 f"airflow.sqlqueue.published.{conn}.events:1|c", f"airflow.sqlqueue.published.{conn}.billing:1|c",
                 f"airflow.sqlqueue.trigger_events.{conn}.events:1|c",
                 f"airflow.sqlqueue.trigger_messages.{conn}.events:1|c"}
