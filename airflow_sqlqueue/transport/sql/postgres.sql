@@ -145,6 +145,11 @@ SELECT COALESCE(
   - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0),
   set_config('synchronous_commit', 'off', true)
 
+-- sent_position --
+-- The last value the queue's seq sequence handed out (NULL before the first send): how many messages were ever
+-- sent to the queue, whatever was received since. Two readings a minute apart give the send rate.
+SELECT pg_sequence_last_value(pg_get_serial_sequence(%(qualified_name)s, 'seq'))
+
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).
 DELETE FROM {queue}
