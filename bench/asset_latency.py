@@ -1,7 +1,7 @@
 """Asset-event latency and throughput through a real ``AssetWatcher``, with push wake-ups and with polling.
 
 ``python -m bench.asset_latency [--trials 25] [--poll-interval 2] [--event-interval 0] [--steady-seconds 60]
-[--rate 20] [--pg-url URL] [--out DIR]``
+[--rates 20,100] [--pg-url URL] [--out DIR]``
 
 Starts a real Airflow deployment (``tests/deployment/harness.py``: scheduler, dag-processor, triggerer,
 api-server, LocalExecutor, metadata on a fresh PostgreSQL database) with one DAG per set-up, each scheduled by an
@@ -12,8 +12,8 @@ idle back-off to 4 x). After a warm-up event per set-up (the triggerer's first e
 * **latency**: per trial and set-up (interleaved), one message after a random idle time; the figure is the
   ``asset_event.timestamp`` Airflow stored for the event carrying it minus the time the send returned (its
   commit), same clock;
-* **steady state**: per set-up in turn, one message per transaction at ``--rate`` messages/s for
-  ``--steady-seconds``; asset events/s and messages/s carried over the window after a ramp-up, and every message
+* **steady state**: per rate and set-up in turn, one message per transaction at each of ``--rates`` messages/s
+  for ``--steady-seconds``; asset events/s and messages/s carried over the window after a ramp-up, and every message
   is counted (each must be in exactly one asset event).
 
 Prints the tables and writes ``asset_latency.json`` / ``asset_latency.md`` under ``--out``.
@@ -210,7 +210,7 @@ class Bench:
                 first_event.setdefault(body, event.stored_at)
         latency = [first_event[body] - at for body, at in sent.items()]
         carried = sum(len(e.bodies) for e in window)
-        return {"setup": setup, "seconds": round(end - start, 2), "sent": len(sent),
+        return {"setup": setup, "rate": rate, "seconds": round(end - start, 2), "sent": len(sent),
                 "send_rate": len(sent) / (end - start), "window_seconds": round(span, 2),
                 "events": len(events), "events_per_s": len(window) / span, "messages_per_s": carried / span,
                 "messages_per_event": carried / len(window) if window else None,
@@ -239,9 +239,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr, flush=True)
         load["after_latency"] = os.getloadavg()
         steady = []
-        for setup in SETUPS:
-            steady.append(bench.steady(setup, args.steady_seconds, args.rate))
-            print(f"steady {setup}: {steady[-1]}", file=sys.stderr, flush=True)
+        for rate in args.rates:
+            for setup in SETUPS:
+                steady.append(bench.steady(setup, args.steady_seconds, rate))
+                print(f"steady {setup}: {steady[-1]}", file=sys.stderr, flush=True)
         load["end"] = os.getloadavg()
     finally:
         bench.close()
@@ -259,15 +260,25 @@ def latency_table(samples: dict[str, list[float]], poll: float, event_interval: 
 
 
 def steady_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| set-up | seconds | sent | send rate msg/s | asset events/s | messages/s carried | messages per event "
-             "| send->event p50 | p95 | lost | duplicates |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| set-up | target msg/s | seconds | sent | send rate msg/s | asset events/s | messages/s carried "
+             "| messages per event | send->event p50 | p95 | lost | duplicates |", "|---|" + "---:|" * 11]
     for r in rows:
         per_event = "-" if r["messages_per_event"] is None else f"{r['messages_per_event']:.1f}"
-        lines.append(f"| {r['setup']} | {r['seconds']:.0f} | {r['sent']} | {r['send_rate']:.1f} | "
+        lines.append(f"| {r['setup']} | {r['rate']:g} | {r['seconds']:.0f} | {r['sent']} | {r['send_rate']:.1f} | "
                      f"{r['events_per_s']:.2f} | {r['messages_per_s']:.1f} | {per_event} | "
                      f"{r['latency_p50'] * 1000:.0f} ms | {r['latency_p95'] * 1000:.0f} ms | {r['lost']} | "
                      f"{r['duplicates']} |")
     return "\n".join(lines)
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rates {text!r}: give messages/s as numbers, e.g. 20,100") from None
+    if not rates or any(rate <= 0 for rate in rates):
+        raise argparse.ArgumentTypeError(f"--rates {text!r}: give one or more positive rates, e.g. 20,100")
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,19 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-interval", type=float, default=0.0,
                         help="the triggers' event_interval (s); 0: events as fast as Airflow stores them")
     parser.add_argument("--steady-seconds", type=float, default=60.0)
-    parser.add_argument("--rate", type=float, default=20.0, help="messages/s sent in the steady state")
+    parser.add_argument("--rates", type=_rates, default=[20.0, 100.0],
+                        help="messages/s sent in the steady state, comma-separated (one steady phase per rate)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="the queues' database")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
-    if args.trials < 1 or args.steady_seconds <= 0 or args.rate <= 0:
-        parser.error("--trials, --steady-seconds and --rate must be positive")
+    if args.trials < 1 or args.steady_seconds <= 0:
+        parser.error("--trials and --steady-seconds must be positive")
     result = run(args)
     text = (latency_table(result["samples"], args.poll_interval, args.event_interval) + "\n\n"
             + steady_table(result["steady"]))
     print(text)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "trials": args.trials,
             "poll_interval": args.poll_interval, "event_interval": args.event_interval,
-            "steady_seconds": args.steady_seconds, "rate": args.rate, "idle_seconds": result["idle_seconds"],
+            "steady_seconds": args.steady_seconds, "rates": args.rates, "idle_seconds": result["idle_seconds"],
             "load_average": result["load_average"], "warm_up_seconds": result["warm_up_seconds"]}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "asset_latency.json").write_text(json.dumps(

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
 
 
 def test_asset_latency_bench_has_every_row_and_counts_every_message(tmp_path: Path) -> None:
-    assert main(["--trials", "2", "--steady-seconds", "10", "--rate", "10", "--out", str(tmp_path)]) == 0
+    assert main(["--trials", "2", "--steady-seconds", "10", "--rates", "10", "--out", str(tmp_path)]) == 0
 
     payload = json.loads((tmp_path / "asset_latency.json").read_text())
     assert {setup: len(values) for setup, values in payload["samples"].items()} == dict.fromkeys(SETUPS, 2)
