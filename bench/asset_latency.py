@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -228,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="sqlqueue-bench-assets-"))
     bench = Bench(args.pg_url, args.poll_interval, args.event_interval, root)
     load = {"start": os.getloadavg()}
+    kept = True
     try:
         bench.start()
         warm = bench.warm_up()
@@ -244,8 +246,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 steady.append(bench.steady(setup, args.steady_seconds, rate))
                 print(f"steady {setup}: {steady[-1]}", file=sys.stderr, flush=True)
         load["end"] = os.getloadavg()
+        kept = False
     finally:
         bench.close()
+        if kept:
+            print(f"component logs kept in {root / 'logs'}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     return {"samples": samples, "steady": steady, "warm_up_seconds": warm, "load_average": load,
             "idle_seconds": [idle_min, idle_max]}
 
