@@ -101,14 +101,17 @@ class Wakeups:
         """
         if not self._checked:
             self.start()
-        if self._listener is None:
+        listener = self._listener
+        if listener is None:
             time.sleep(self.next_pause(found))
             return False
         deadline = time.monotonic() + self.poll_interval
-        while (left := deadline - time.monotonic()) > 0:
+        while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
             try:
-                payloads = self.dialect.notifications(self._listener, left)
+                payloads = self.dialect.notifications(listener, left)
             except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
+                if self._listener is not listener:
+                    return False  # close() ended the wait (the trigger stopped): nothing was lost
                 log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, first_line(exc))
                 self.close()
                 self._checked = False
