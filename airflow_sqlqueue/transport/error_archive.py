@@ -24,7 +24,7 @@ are recorded in the manifest (the batch a crash left unsure is checked against t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from .address import QueueAddress
 from .archive_store import MANIFEST_FORMAT, ArchiveLocationError, ArchiveStore
 from .error_browser import BODY_PREVIEW_BYTES, HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text, failed_page
+from .errors import QueueNotFoundError
 from .headers import parse_wire_time
 
 if TYPE_CHECKING:
@@ -295,23 +296,29 @@ def resume_deletes(transport: SqlQueueTransport, error_queue: str | QueueAddress
 def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress, location: str,
                    selection: ArchiveSelection, *, batch_size: int = 500, rows_per_file: int = ROWS_PER_FILE,
                    before_delete: Callable[[dict[str, Any]], None] | None = None,
-                   on_batch: Callable[[int], None] | None = None) -> dict[str, Any]:
+                   on_batch: Callable[[int], None] | None = None,
+                   labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Archive the selected failed messages of ``error_queue`` to ``location``, then delete them; the summary.
 
     Deletions a crash left unfinished at this location are finished first (their ids are in ``resumed``).
     ``before_delete`` is called with the verified manifest just before rows are deleted (a seam for tests and
     for callers that copy the archive elsewhere first). ``on_batch`` gets the number of rows of each batch written.
+    ``labels`` are stored in the manifest as they are (e.g. the Airflow connection id the archive was made through).
     """
     _check_batch(batch_size)
     if not isinstance(rows_per_file, int) or rows_per_file < 1:
         raise ArchiveRefusedError(f"rows_per_file must be a whole number above 0, got {rows_per_file!r}")
     table = transport.book.queue(error_queue)
+    if not transport.exists(table.address):
+        raise QueueNotFoundError(f"error queue {table.name!r} does not exist; check its name (and schema): nothing "
+                                 "was archived")
     store = ArchiveStore.open(location)
     resumed = resume_deletes(transport, table.address, location, batch_size)
     archive_id = new_archive_id()
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT, "archive_id": archive_id, "created_at": datetime.now(timezone.utc).isoformat(),
-        "queue": table.name, "database": transport.dialect.name, "selection": selection.as_dict(),
+        "queue": table.name, "database": transport.dialect.name, "labels": dict(labels or {}),
+        "selection": selection.as_dict(),
         "status": "writing", "files": [], "rows": 0, "seqs": [], "ids": [], "min_time_of_failure": None,
         "max_time_of_failure": None, "groups": [], "skipped": [], "deleted": 0, "not_found": [],
         "delete": {"done": 0}, "restored": [], "restore_pending": [], "restores": []}
