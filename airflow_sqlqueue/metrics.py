@@ -13,6 +13,8 @@ queue; dots and other characters StatsD reads as structure become ``__`` or ``_`
 | ``processed``, ``failed`` | counters | ``SqlQueueDrainOperator`` with a handler: handled, moved to the error queue |
 | ``sent`` | counter | ``SqlQueueSendOperator``: messages sent |
 | ``retried`` | counter | ``SqlQueueBatchRetryOperator``: messages returned, per target queue |
+| ``archived`` | counter | ``SqlQueueArchiveFailedOperator``, the archive DAG and the page: messages archived |
+| ``archive_restored`` | counter | ``SqlQueueRestoreArchiveOperator``: messages put back |
 | ``trigger_events`` | counter | ``SqlQueueTrigger``: events emitted |
 
 A metric that cannot be sent is dropped (the metrics client logs it); it never fails the task.
