@@ -7,7 +7,6 @@ import tests.airflow_env as airflow_env
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,20 +18,12 @@ from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.error_archive import list_archives
 from tests.conftest import Db, make_db
+from tests.test_maintenance_dags import CONN_ID as MAINT_CONN_ID
+from tests.test_maintenance_dags import qdb  # noqa: F401  (fixture: a queue database behind MAINT_CONN_ID)
 
 airflow_env.use_project_dags()
 CONN_ID = "sqlqueue_archive"
 OLD = datetime.now(timezone.utc) - timedelta(days=90)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def qdb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
-    for db in make_db(request.param, tmp_path):
-        if db.kind == "sqlite":
-            airflow_env.sqlite_connection(CONN_ID, db.url[len("sqlite:///"):])
-        else:
-            airflow_env.postgres_connection(CONN_ID)
-        yield db
 
 
 def fail(db: Db, count: int, when: datetime, exception: str = "Boom") -> list[str]:
@@ -99,7 +90,7 @@ def test_maintenance_dag_archives_by_the_deployments_configuration(airflow_db, q
     fresh = fail(qdb, 3, datetime.now(timezone.utc))
     location = tmp_path / "deployed-archive"
     spec = {"schemas": [qdb.schema]} if qdb.schema else {}
-    config = {"connections": {CONN_ID: {**spec, "error_queue": q("error")}},
+    config = {"connections": {MAINT_CONN_ID: {**spec, "error_queue": q("error")}},
               "archive": {"location": str(location), "older_than_days": 30, "batch_size": 5}}
     monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps(config))
 
