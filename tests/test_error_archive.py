@@ -171,6 +171,8 @@ def test_bad_requests_are_refused_with_the_fix_and_change_nothing(db: Db, tmp_pa
     with pytest.raises(ArchiveLocationError, match="no archive"):
         restore_archive(db.transport, str(tmp_path), "20200101T000000Z-abcdef12")
     assert len(stored(db)) == 3 and list_archives(str(tmp_path)) == []
+    none = archive_failed(db.transport, db.q("error"), str(tmp_path), ArchiveSelection(cutoff=OLD))
+    assert none["status"] == "empty" and none["rows"] == 0 and list_archives(str(tmp_path)) == []
 
 
 def test_hostile_rows_are_archived_and_restored_byte_for_byte(db: Db, tmp_path: Path) -> None:

@@ -350,6 +350,10 @@ def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress
     manifest["files"] = parts.finish()
     manifest["rows"] = len(manifest["seqs"])
     manifest["looked_at"] = looked
+    if not manifest["seqs"]:  # nothing selected: no empty archive is left behind (a daily run would pile them up)
+        store.fs.delete_dir(store.path(archive_id))
+        manifest["status"] = "empty"
+        return {**summary(manifest), "location": store.location, "resumed": resumed}
     manifest["groups"] = [{"failed_q": k[0], "exception_type": k[1], "message_type": k[2], "count": n}
                           for k, n in sorted(groups.items(), key=lambda kv: -kv[1])]
     _verify(store, manifest)
