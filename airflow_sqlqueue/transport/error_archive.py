@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from .address import QueueAddress
 from .archive_store import MANIFEST_FORMAT, ArchiveLocationError, ArchiveStore
-from .error_browser import BODY_PREVIEW_BYTES, HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text, failed_page
+from .error_browser import HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text, failed_page
 from .errors import QueueNotFoundError
 from .headers import parse_wire_time
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 10_000
 MAX_GROUPS = 1_000
+#: Body bytes kept beside each body for browsing (an archive is paged without reading its bodies).
+ARCHIVE_PREVIEW_BYTES = 1_024
 #: Rows per Parquet file of an archive (a larger archive gets several files).
 ROWS_PER_FILE = 100_000
 #: Consecutive selected rows further apart than this are read by separate range reads (never many unselected rows).
@@ -216,7 +218,7 @@ def _columns(rows: list[Any], previews: dict[int, Any], manifest: dict[str, Any]
             "headers": header_bytes, "headers_type": str(headers_type), "body": body_bytes, "body_type": str(body_type),
             "time_of_failure": when, "failed_q": preview.failed_q, "exception_type": preview.exception_type,
             "message_type": preview.message_type, "headers_length": len(header_bytes),
-            "body_length": len(body_bytes or b""), "body_preview": (body_bytes or b"")[:BODY_PREVIEW_BYTES]}
+            "body_length": len(body_bytes or b""), "body_preview": (body_bytes or b"")[:ARCHIVE_PREVIEW_BYTES]}
         for name, value in values.items():
             columns[name].append(value)
         manifest["seqs"].append(seq)
