@@ -424,6 +424,18 @@ def _browse_row(row: dict[str, Any], restored: set[str], not_found: set[int]) ->
             "restored": row["id"] in restored, "not_deleted": row["seq"] in not_found}
 
 
+def _groups_after(reader: Any, after_seq: int) -> list[int]:
+    """Row groups that may hold positions after ``after_seq`` (by the seq column's statistics): a later page skips
+    the groups before it without reading them."""
+    seq_column = reader.schema_arrow.get_field_index("seq")
+    kept = []
+    for index in range(reader.metadata.num_row_groups):
+        stats = reader.metadata.row_group(index).column(seq_column).statistics
+        if stats is None or not stats.has_min_max or stats.max > after_seq:
+            kept.append(index)
+    return kept
+
+
 def archive_page(location: str, archive_id: str, *, after_seq: int = 0, limit: int = 50,
                  where: FailedFilter | None = None) -> list[dict[str, Any]]:
     """Up to ``limit`` archived messages after position ``after_seq``, in queue order, matching ``where``; headers
@@ -438,7 +450,11 @@ def archive_page(location: str, archive_id: str, *, after_seq: int = 0, limit: i
     out: list[dict[str, Any]] = []
     for entry in manifest.get("files", []):
         with store.fs.open_input_file(store.path(archive_id, entry["path"])) as f:
-            for batch in pq.ParquetFile(f).iter_batches(columns=_BROWSE_COLUMNS, batch_size=512):
+            reader = pq.ParquetFile(f)
+            groups = _groups_after(reader, after_seq)
+            if not groups:
+                continue
+            for batch in reader.iter_batches(columns=_BROWSE_COLUMNS, batch_size=512, row_groups=groups):
                 for row in batch.to_pylist():
                     if _matches(row, after_seq, where):
                         out.append(_browse_row(row, restored, not_found))
