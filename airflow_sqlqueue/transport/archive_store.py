@@ -1,5 +1,5 @@
 """Where error archives live: a location (a local directory or a URI ``pyarrow.fs`` understands), one folder per
-archive holding its Parquet files and its ``manifest.json``.
+archive holding its Parquet files (columns: ``SCHEMA``) and its ``manifest.json``.
 
 A local file is written under a hidden name, fsync'ed, renamed into place and its directory fsync'ed; an object
 store gets one complete PUT per file. Either way a file is whole or absent. Archive ids are checked against a
@@ -16,10 +16,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 MANIFEST = "manifest.json"
 _ARCHIVE_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,99}$")
+
+
+class ArchiveRefusedError(ValueError):
+    """An archive or restore that cannot be done as asked (said why and how to fix it); nothing was changed."""
+
+
+SCHEMA = pa.schema([
+    ("id", pa.string()), ("seq", pa.int64()), ("correlation_id", pa.string()), ("reply_to_address", pa.string()),
+    ("recoverable", pa.bool_()), ("expires", pa.string()),
+    ("headers", pa.binary()), ("headers_type", pa.string()), ("body", pa.binary()), ("body_type", pa.string()),
+    ("time_of_failure", pa.timestamp("us", tz="UTC")), ("failed_q", pa.string()), ("exception_type", pa.string()),
+    ("message_type", pa.string()), ("headers_length", pa.int64()), ("body_length", pa.int64()),
+    ("body_preview", pa.binary()),
+])
+BROWSE_COLUMNS = [n for n in SCHEMA.names if n != "body"]  # every column but the bodies
 
 
 class ArchiveLocationError(ValueError):
