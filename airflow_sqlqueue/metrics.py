@@ -38,6 +38,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "sent": ("counter", "messages sent"),
     "published": ("counter", "copies of a published event, per subscribed queue"),
     "retried": ("counter", "failed messages returned to their queue"),
+    "archived": ("counter", "failed messages archived to Parquet and deleted from the error queue"),
+    "archive_restored": ("counter", "archived messages put back into the error queue"),
     "trigger_events": ("counter", "trigger events emitted"),
     "trigger_messages": ("counter", "messages carried by the events of the message trigger"),
 }

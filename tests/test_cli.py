@@ -27,7 +27,8 @@ from airflow_sqlqueue.transport import headers as h
 from tests.conftest import PG_URL, Db, make_db
 
 SQLQUEUE = Path(sys.executable).parent / "sqlqueue"
-SUBCOMMANDS = ["create", "ddl", "send", "receive", "peek", "list", "purge-expired", "check", "retry-errors", "demo"]
+SUBCOMMANDS = ["create", "ddl", "send", "receive", "peek", "list", "purge-expired", "check", "retry-errors", "demo",
+               "archive-failed", "archives"]
 
 
 @dataclass

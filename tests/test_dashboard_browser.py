@@ -109,11 +109,16 @@ def queues_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, dict[str, Any]]) -> Iterator[str]:
     """``airflow api-server`` on a free port and a fresh ``AIRFLOW_HOME``; its base URL."""
     home = tmp_path_factory.mktemp("airflow-home")
+    yield from api_server(home, queues_file[0], {"connections": {"sqlqueue_default": {"thresholds": {"max_depth": 2}}}})
+
+
+def api_server(home: Path, queues_path: Path, config: dict[str, Any]) -> Iterator[str]:
+    """Run ``airflow api-server`` in ``home`` on the SQLite queue database ``queues_path`` with the maintenance
+    configuration ``config``; yield its base URL (the server is stopped afterwards)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}{BASE_PATH}"
     (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
-    (home / "sqlqueue.json").write_text(json.dumps({
-        "connections": {"sqlqueue_default": {"thresholds": {"max_depth": 2}}}}))
+    (home / "sqlqueue.json").write_text(json.dumps(config))
     env = {**os.environ, "AIRFLOW_HOME": str(home), "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": base, "AIRFLOW__API__HOST": "127.0.0.1",
@@ -121,10 +126,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
            "AIRFLOW__API_AUTH__JWT_SECRET": "sqlqueue-browser-test-" + "y" * 64,
-           "AIRFLOW_CONN_SQLQUEUE_DEFAULT": json.dumps({"conn_type": "sqlite", "host": str(queues_file[0])}),
+           "AIRFLOW_CONN_SQLQUEUE_DEFAULT": json.dumps({"conn_type": "sqlite", "host": str(queues_path)}),
            "SQLQUEUE_MAINTENANCE_CONFIG": str(home / "sqlqueue.json")}
     for key in ("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", "AIRFLOW_CONN_SQLQUEUE_DASH", "PYTHONPATH"):
         env.pop(key, None)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # the server runs the code under test
     log = open(home / "api-server.log", "wb")  # noqa: SIM115 - closed below
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=log, stderr=log,
                    timeout=120)

@@ -32,6 +32,7 @@ LAYERS = {
     "archive": 10,
     "error_browser": 10.5,  # uses error_queue's restored_headers
     "batch_retry": 10.6,
+    "archive_store": 1, "archive_browser": 10.6, "error_archive": 10.7,  # the error archive: files, browse, work
     "partitions": 10,
     # the façade, and the package's public names
     "transport": 11, "__init__": 12,

@@ -108,7 +108,7 @@ def test_provider_info_lists_every_component() -> None:
     assert _module_paths(info) == ["airflow_sqlqueue.hooks.sqlqueue", "airflow_sqlqueue.operators.drain",
                                    "airflow_sqlqueue.operators.partition", "airflow_sqlqueue.operators.send",
                                    "airflow_sqlqueue.operators.publish", "airflow_sqlqueue.operators.maintenance",
-                                   "airflow_sqlqueue.operators.retry",
+                                   "airflow_sqlqueue.operators.retry", "airflow_sqlqueue.operators.archive",
                                    "airflow_sqlqueue.sensors.sqlqueue", "airflow_sqlqueue.triggers.sqlqueue"]
     integrations = {i["integration-name"] for i in info["integrations"]}
     assert all(entry["integration-name"] in integrations

@@ -20,6 +20,7 @@ from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
 from airflow_sqlqueue.transport.printable import printable
 
+from . import archive
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
 from .output import age_text, emit_json, json_line, message_json, message_line, progress, table, write_line_now
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "demo":
         return demo(args)
+    if not archive.needs_connection(args):
+        return archive.archives_command(None, args)
     transport = open_transport(args)
     try:
         return COMMANDS[args.command](transport, args)
@@ -366,4 +369,6 @@ COMMANDS = {
     "purge-expired": purge_expired,
     "check": check,
     "retry-errors": retry_errors,
+    "archive-failed": archive.archive_failed_command,
+    "archives": archive.archives_command,
 }

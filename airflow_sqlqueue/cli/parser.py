@@ -8,6 +8,8 @@ from typing import NoReturn
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
 from airflow_sqlqueue.transport.redaction import scrub
 
+from . import archive
+
 MODES = ("receive-only", "sends-atomic-with-receive", "none")
 
 CONNECTION_HELP = """\
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "type header (repeatable; all must match)")
     p.add_argument("--list", action="store_true", help="only list the failed messages, change nothing")
     p.add_argument("--max", type=int, metavar="N", help="return at most this many")
+
+    archive.add_arguments(command)
 
     p = command("subscribe", "subscribe a queue to events (topics: .NET full type names) in the subscription "
                 "table .NET endpoints share",

@@ -25,7 +25,13 @@ same rule: configured connections only). Format (every key optional)::
       "health_samples_table": "sqlqueue_health_samples",
       "health_samples_conn_id": null,         # null: each connection records into its own database
       "health_samples_retention_days": 30,    # null: keep every sample
-      "alert_callback": "my_package.alerts.queue_health_notifier"
+      "alert_callback": "my_package.alerts.queue_health_notifier",
+      "archive": {                            # the archive-failed DAG (deployment only, like alert_callback)
+        "location": "s3://bucket/error-archive",   # a local directory or a URI pyarrow.fs opens
+        "older_than_days": 30,                # failed longer ago than this; a run may only ask for older
+        "batch_size": 500,
+        "max_messages": null                  # null: every selected message in one run
+      }
     }
 
 A malformed configuration raises :class:`MaintenanceConfigError` naming the source and the key.
@@ -53,9 +59,12 @@ DEFAULT_SAMPLES_TABLE = "sqlqueue_health_samples"
 DEFAULT_RETENTION_DAYS = 30
 THRESHOLD_KEYS = ("max_depth", "max_age_seconds")
 _TOP_KEYS = {"connections", "thresholds", "purge_batch_size", "record_health_samples", "health_samples_table",
-             "health_samples_conn_id", "health_samples_retention_days", "alert_callback"}
-#: Keys only the deployment's configuration sets: importable code, and where samples of every queue are written.
-DEPLOYMENT_ONLY = ("alert_callback", "health_samples_conn_id")
+             "health_samples_conn_id", "health_samples_retention_days", "alert_callback", "archive"}
+#: Keys only the deployment's configuration sets: importable code, where samples of every queue are written, and
+#: where (and how old) failed messages are archived to.
+DEPLOYMENT_ONLY = ("alert_callback", "health_samples_conn_id", "archive")
+ARCHIVE_KEYS = {"location", "older_than_days", "batch_size", "max_messages"}
+DEFAULT_ARCHIVE_DAYS = 30
 _CONN_KEYS = {"queues", "schemas", "include", "exclude", "error_queue", "thresholds", "record_health_samples"}
 
 
@@ -92,6 +101,16 @@ class ConnectionConfig:
 
 
 @dataclass
+class ArchiveConfig:
+    """Where the archive-failed DAG writes, and what it archives (the deployment's ``archive`` key)."""
+
+    location: str
+    older_than_days: float = DEFAULT_ARCHIVE_DAYS
+    batch_size: int = 500
+    max_messages: int | None = None
+
+
+@dataclass
 class MaintenanceConfig:
     """The whole configuration, after params were applied."""
 
@@ -103,6 +122,7 @@ class MaintenanceConfig:
     health_samples_conn_id: str | None = None
     health_samples_retention_days: float | None = DEFAULT_RETENTION_DAYS
     alert_callback: str | None = None
+    archive: ArchiveConfig | None = None
     source: str = "default"
 
     def connection_ids(self) -> list[str]:
@@ -238,8 +258,32 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConf
         health_samples_conn_id=_text(raw, "health_samples_conn_id", source),
         health_samples_retention_days=retention,
         alert_callback=callback,
+        archive=_archive(raw.get("archive"), f"{source}: archive"),
         source=source,
     )
+
+
+def _archive(value: Any, where: str) -> ArchiveConfig | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise MaintenanceConfigError(f"{where} must be an object with {', '.join(sorted(ARCHIVE_KEYS))}")
+    _no_unknown(value, ARCHIVE_KEYS, where)
+    location = value.get("location")
+    if not isinstance(location, str) or not location.strip():
+        raise MaintenanceConfigError(f"{where}: location must be a local directory or a URI such as "
+                                     f"s3://bucket/error-archive, got {location!r}")
+    days = value.get("older_than_days", DEFAULT_ARCHIVE_DAYS)
+    if not (is_number(days) and 0 <= days <= 100_000):
+        raise MaintenanceConfigError(f"{where}: older_than_days must be a number of days from 0 to 100000, "
+                                     f"got {days!r}")
+    batch = value.get("batch_size", 500)
+    if not (is_whole(batch) and batch <= 10_000):
+        raise MaintenanceConfigError(f"{where}: batch_size must be a whole number from 1 to 10000, got {batch!r}")
+    most = value.get("max_messages")
+    if most is not None and not is_whole(most):
+        raise MaintenanceConfigError(f"{where}: max_messages must be a positive whole number or null, got {most!r}")
+    return ArchiveConfig(location.strip(), days, batch, most)
 
 
 def _connection(conn_id: str, spec: dict[str, Any], source: str) -> ConnectionConfig:

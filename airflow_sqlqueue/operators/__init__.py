@@ -1,8 +1,10 @@
-"""Operators for SQL queue tables, one module per job: ``drain``, ``partition``, ``send``, ``publish``, ``maintenance``;
+"""Operators for SQL queue tables, one module per job: ``drain``, ``partition``, ``send``, ``publish``, ``maintenance``,
+``retry``, ``archive``;
 ``base`` holds what they share, ``messages`` how messages are handed on, ``parquet`` the drain's file writer."""
 
 from __future__ import annotations
 
+from .archive import SqlQueueArchiveFailedOperator, SqlQueueRestoreArchiveOperator
 from .drain import SqlQueueDrainOperator
 from .maintenance import (
     SqlQueueCheckSchemaOperator,
@@ -17,6 +19,7 @@ from .retry import SqlQueueBatchRetryOperator
 from .send import SqlQueueSendOperator
 
 __all__ = [
+    "SqlQueueArchiveFailedOperator",
     "SqlQueueBatchRetryOperator",
     "SqlQueueCheckSchemaOperator",
     "SqlQueueCreateQueuesOperator",
@@ -25,6 +28,7 @@ __all__ = [
     "SqlQueuePartitionDrainOperator",
     "SqlQueuePlanPartitionsOperator",
     "SqlQueuePurgeExpiredOperator",
+    "SqlQueueRestoreArchiveOperator",
     "SqlQueueRetryErrorsOperator",
     "SqlQueueSendOperator",
     "message_from_dict",

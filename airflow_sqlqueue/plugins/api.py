@@ -16,6 +16,8 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
 | ``POST /api/connections/{conn_id}/failed/edit-retry`` ``{"seq", "id", "headers", "body"}``: send an edited copy
   (only with ``[sqlqueue] dashboard_edit_retry = True``) | edit |
 
+The error archive's routes are in :mod:`.archive_api`.
+
 Only connection ids and queue names leave the server: never a host, login, password or extra.
 """
 
@@ -43,11 +45,12 @@ from airflow_sqlqueue.transport.error_browser import (
 )
 from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
 
+from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_edit
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
-          "icon-dark.svg": "image/svg+xml"}
+          "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript"}
 MAX_SELECTED = 1000
 MAX_PAGE = 500
 
@@ -259,4 +262,5 @@ def create_app() -> FastAPI:
     def delete(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
         return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, retry=False)
 
+    app.include_router(archive_router(_guard))  # the error archive: plugins/archive_api.py
     return app

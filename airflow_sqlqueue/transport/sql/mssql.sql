@@ -505,3 +505,25 @@ FROM {queue} WITH (READPAST) ORDER BY RowVersion
 -- connection_limit --
 -- Connections the server allows at once (the 'user connections' setting; 32,767 when it is 0, the default).
 SELECT @@MAX_CONNECTIONS
+
+-- archive_rows --
+-- Whole rows after position %(after_seq)s up to %(through_seq)s, oldest first, for the error archive (rows other
+-- sessions hold locked are skipped and stay for the next run). Expires as ISO 8601 text.
+SELECT CONVERT(varchar(36), Id), CorrelationId, ReplyToAddress, Recoverable, CONVERT(varchar(30), Expires, 126),
+       'text', Headers, CASE WHEN Body IS NULL THEN 'null' ELSE 'blob' END, Body, RowVersion
+FROM {queue} WITH (READPAST)
+WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
+ORDER BY RowVersion
+
+-- restore_row --
+-- Put an archived row back with every column it had (same Id; a NULL body is written as empty bytes). The table
+-- has no key on Id: the archive's manifest (and id_present for a batch a crash left unsure) keeps it once.
+INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body)
+VALUES (CAST(%(id)s AS uniqueidentifier), %(correlation_id)s, %(reply_to_address)s,
+        COALESCE(CAST(%(recoverable)s AS bit), 1), CAST(%(expires)s AS datetime), %(headers)s,
+        COALESCE(CAST(%(body)s AS varbinary(max)), CAST('' AS varbinary(max))))
+
+-- id_present --
+-- 1 when the table holds a row with this Id (a scan: the table has no index on Id; used only for a batch a crash
+-- left unsure).
+SELECT COUNT(*) FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)

@@ -435,3 +435,21 @@ SELECT LEAST(
         - COALESCE(NULLIF(current_setting('reserved_connections', true), '')::int, 0),
     COALESCE(NULLIF((SELECT datconnlimit FROM pg_database WHERE datname = current_database()), -1), 2147483647),
     COALESCE(NULLIF((SELECT rolconnlimit FROM pg_roles WHERE rolname = current_user), -1), 2147483647))
+
+-- archive_rows --
+-- Whole rows after position %(after_seq)s up to %(through_seq)s, oldest first, for the error archive
+-- (CorrelationId, ReplyToAddress and Recoverable are SQL Server columns: NULL here).
+SELECT id::text, NULL::text, NULL::text, NULL::boolean, to_char(expires, 'YYYY-MM-DD"T"HH24:MI:SS.US'), 'text',
+       headers, CASE WHEN body IS NULL THEN 'null' ELSE 'blob' END, body, seq
+FROM {queue} WHERE seq > %(after_seq)s AND seq <= %(through_seq)s ORDER BY seq
+
+-- restore_row --
+-- Put an archived row back (same Id, Expires, headers and body). Inserts nothing when the table already holds that
+-- Id; a NULL body is written as empty bytes.
+INSERT INTO {queue} (id, expires, headers, body)
+VALUES (%(id)s::uuid, %(expires)s::timestamp, %(headers)s, COALESCE(%(body)s::bytea, ''::bytea))
+ON CONFLICT DO NOTHING
+
+-- id_present --
+-- 1 when the table holds a row with this Id (the primary key).
+SELECT count(*) FROM {queue} WHERE id = %(id)s::uuid

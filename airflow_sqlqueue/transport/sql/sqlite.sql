@@ -283,3 +283,24 @@ DELETE FROM {queue} WHERE seq = %(seq)s AND CAST(id AS TEXT) = %(id)s
 SELECT CASE WHEN typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers)
             THEN CAST(json_extract(headers, '$."NServiceBus.TimeSent"') AS BLOB) END
 FROM {queue} ORDER BY seq LIMIT 1
+
+-- archive_rows --
+-- Whole rows after position %(after_seq)s up to %(through_seq)s, oldest first, for the error archive. Every value
+-- comes back as bytes with its storage type, so a row other programs wrote with loose types or invalid UTF-8 is
+-- archived byte for byte (CorrelationId, ReplyToAddress and Recoverable are SQL Server columns: NULL here).
+SELECT CAST(CAST(id AS TEXT) AS BLOB), NULL, NULL, NULL, CAST(expires AS BLOB), typeof(headers),
+       CAST(headers AS BLOB), typeof(body), CAST(body AS BLOB), seq
+FROM {queue} WHERE seq > %(after_seq)s AND seq <= %(through_seq)s ORDER BY seq
+
+-- restore_row --
+-- Put an archived row back (same Id, Expires, headers and body; text or blob as it was stored). Inserts nothing
+-- when the table already holds that Id; a NULL body is written as empty bytes.
+INSERT INTO {queue} (id, expires, headers, body)
+VALUES (%(id)s, %(expires)s,
+        CASE WHEN %(headers_type)s = 'blob' THEN %(headers)s ELSE CAST(%(headers)s AS TEXT) END,
+        CASE WHEN %(body_type)s = 'text' THEN CAST(%(body)s AS TEXT) ELSE COALESCE(%(body)s, X'') END)
+ON CONFLICT DO NOTHING
+
+-- id_present --
+-- 1 when the table holds a row with this Id (the unique index on id).
+SELECT count(*) FROM {queue} WHERE id = %(id)s
