@@ -10,16 +10,13 @@ Its SQL is in ``sql/<dialect>.sql`` beside this module; :func:`recent_samples` r
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects import Dialect
-from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
+from airflow_sqlqueue.transport.sqlfile import Statement
 
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+from .tables import DialectTable, as_time, statements
 
 
 def sample(transport: SqlQueueTransport, queue: str) -> dict[str, Any]:
@@ -44,22 +41,15 @@ def breaches(measured: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
 
 
 # -- the samples table -----------------------------------------------------------------------------------
-@cache
 def _statements(dialect_name: str) -> dict[str, Statement]:
-    text = resources.files(__package__).joinpath("sql", f"{dialect_name}.sql").read_text(encoding="utf-8")
-    return parse_statements(text)
+    return statements(dialect_name)
 
 
-class SamplesTable:
+class SamplesTable(DialectTable):
     """The samples table on one database: its quoted identifiers and its named statements."""
 
     def __init__(self, dialect: Dialect, table: str) -> None:
-        self.dialect = dialect
-        try:
-            self.address: QueueAddress = dialect.parse_address(table)
-        except ValueError as exc:
-            raise ValueError(f"health_samples_table {table!r} is not a valid table name: {exc}") from None
-        self.name = dialect.format_address(self.address)
+        super().__init__(dialect, table, "health_samples_table")
         queue_time_index = f"{self.address.table}_queue_time_ix"
         time_index = f"{self.address.table}_time_ix"
         self.identifiers = {"samples": dialect.qualified(self.address),
@@ -68,31 +58,11 @@ class SamplesTable:
         self.names = {"samples_name": dialect.qualified(self.address), "queue_time_index_name": queue_time_index,
                       "time_index_name": time_index}
 
-    def execute(self, cursor: Any, name: str, params: dict[str, Any] | None = None) -> Any:
-        """Run one named statement of ``sql/<dialect>.sql`` (identifiers quoted, values as parameters).
-
-        The dialect runs it, so the samples table's name reaches each driver exactly as the queue names do.
-        """
-        statement = _statements(self.dialect.name)[name]
-        values = {**self.names, **(params or {})}
-        used = set(statement.params)
-        return self.dialect.execute_statement(cursor, statement, {k: v for k, v in values.items() if k in used},
-                                              self.identifiers)
-
     def create(self, cursor: Any) -> None:
         """The table and its two indexes, if missing."""
         for name in ("create_health_samples", "create_health_samples_queue_index",
                      "create_health_samples_time_index"):
             self.execute(cursor, name)
-
-    def time_param(self, when: datetime) -> Any:
-        """A UTC time as the column stores it."""
-        when = when.astimezone(timezone.utc)
-        if self.dialect.name == "sqlite":
-            return when.strftime(_SQLITE_TIME)
-        if self.dialect.name == "mssql":
-            return when.replace(tzinfo=None)
-        return when
 
 
 def record_samples(transport: SqlQueueTransport, samples: list[dict[str, Any]], table: str, *,
@@ -129,12 +99,7 @@ def recent_samples(transport: SqlQueueTransport, table: str, conn_id: str, queue
         rows = samples_table.execute(cur, "recent_health_samples", {
             "conn_id": conn_id, "queue_name": transport.name(queue),
             "since": samples_table.time_param(since)}).fetchall()
-        return [{"sampled_at": _as_time(r[0]), "depth": int(r[1]), "oldest_age_seconds": r[2]} for r in rows]
+        return [{"sampled_at": as_time(r[0]), "depth": int(r[1]), "oldest_age_seconds": r[2]} for r in rows]
 
     return transport.run(work, what=f"read health samples from {samples_table.name!r}", read_only=True)
 
-
-def _as_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        value = datetime.strptime(value, _SQLITE_TIME)
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
