@@ -1,9 +1,13 @@
 """Queue health: depth and age of the oldest message per queue, thresholds, and the samples table.
 
 Recording is off unless the maintenance configuration sets ``record_health_samples``. Then each health run
-appends one row per queue, ``(conn_id, queue_name, sampled_at, depth, oldest_age_seconds)``, to the samples
-table (``sqlqueue_health_samples``, created with its indexes if missing) and deletes rows older than the
-retention. The table sits in the queue's own database, or in the one of ``health_samples_conn_id``.
+appends one row per queue, ``(conn_id, queue_name, sampled_at, depth, oldest_age_seconds, newest_seq)``, to the
+samples
+table (``sqlqueue_health_samples``, created with its indexes if missing; ``newest_seq`` added to a table made
+before it) and deletes rows older than the retention. ``newest_seq`` is the newest position (identity) at the
+sample: its deltas between samples are the messages sent in between (throughput), which a draining queue never
+makes negative, unlike the depth's. The table sits in the queue's own database, or in the one of
+``health_samples_conn_id``.
 Its SQL is in ``sql/<dialect>.sql`` beside this module; :func:`recent_samples` reads one queue's history.
 """
 
@@ -20,11 +24,15 @@ from .tables import DialectTable, as_time, statements
 
 
 def sample(transport: SqlQueueTransport, queue: str) -> dict[str, Any]:
-    """``{"queue", "depth", "oldest_age_seconds"}`` of one queue (age None when empty or unknown)."""
+    """``{"queue", "depth", "oldest_age_seconds", "newest_seq"}`` of one queue (age None when empty or unknown;
+    the age is the oldest message's critical time, from its ``TimeSent``; newest_seq None when empty)."""
     depth = transport.peek(queue)
     age = transport.oldest_age(queue) if depth else None
+    table = transport.book.queue(queue)
+    bounds = transport.run(table.bounds, what=f"newest position of {table.name!r}", read_only=True)
     return {"queue": transport.name(queue), "depth": depth,
-            "oldest_age_seconds": None if age is None else round(max(age, 0.0), 3)}
+            "oldest_age_seconds": None if age is None else round(max(age, 0.0), 3),
+            "newest_seq": None if bounds is None else bounds.last}
 
 
 def breaches(measured: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
@@ -56,12 +64,14 @@ class SamplesTable(DialectTable):
                             "queue_time_index": dialect.quote(queue_time_index),
                             "time_index": dialect.quote(time_index)}
         self.names = {"samples_name": dialect.qualified(self.address), "queue_time_index_name": queue_time_index,
-                      "time_index_name": time_index}
+                      "time_index_name": time_index, "samples_table": self.address.table}
 
     def create(self, cursor: Any) -> None:
-        """The table and its two indexes, if missing."""
-        for name in ("create_health_samples", "create_health_samples_queue_index",
-                     "create_health_samples_time_index"):
+        """The table and its two indexes, if missing; ``newest_seq`` on a table made before it existed."""
+        self.execute(cursor, "create_health_samples")
+        if self.execute(cursor, "health_samples_newest_seq_missing").fetchone()[0]:
+            self.execute(cursor, "add_health_samples_newest_seq")
+        for name in ("create_health_samples_queue_index", "create_health_samples_time_index"):
             self.execute(cursor, name)
 
 
@@ -80,7 +90,8 @@ def record_samples(transport: SqlQueueTransport, samples: list[dict[str, Any]], 
         for item in samples:
             samples_table.execute(cur, "insert_health_sample", {
                 "conn_id": item["conn_id"], "queue_name": item["queue"], "sampled_at": sampled_at,
-                "depth": int(item["depth"]), "oldest_age_seconds": item.get("oldest_age_seconds")})
+                "depth": int(item["depth"]), "oldest_age_seconds": item.get("oldest_age_seconds"),
+                "newest_seq": item.get("newest_seq")})
         deleted = 0
         if retention_days is not None:
             before = samples_table.time_param(now - timedelta(days=retention_days))
@@ -92,14 +103,16 @@ def record_samples(transport: SqlQueueTransport, samples: list[dict[str, Any]], 
 
 def recent_samples(transport: SqlQueueTransport, table: str, conn_id: str, queue: str,
                    since: datetime) -> list[dict[str, Any]]:
-    """The samples of one queue since ``since``, oldest first: ``[{"sampled_at", "depth", "oldest_age_seconds"}]``."""
+    """The samples of one queue since ``since``, oldest first:
+    ``[{"sampled_at", "depth", "oldest_age_seconds", "newest_seq"}]``."""
     samples_table = SamplesTable(transport.dialect, table)
 
     def work(cur: Any) -> list[dict[str, Any]]:
         rows = samples_table.execute(cur, "recent_health_samples", {
             "conn_id": conn_id, "queue_name": transport.name(queue),
             "since": samples_table.time_param(since)}).fetchall()
-        return [{"sampled_at": as_time(r[0]), "depth": int(r[1]), "oldest_age_seconds": r[2]} for r in rows]
+        return [{"sampled_at": as_time(r[0]), "depth": int(r[1]), "oldest_age_seconds": r[2],
+                 "newest_seq": None if r[3] is None else int(r[3])} for r in rows]
 
     return transport.run(work, what=f"read health samples from {samples_table.name!r}", read_only=True)
 
