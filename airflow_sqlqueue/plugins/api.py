@@ -47,6 +47,7 @@ from airflow_sqlqueue.transport.error_browser import (
     edit_and_retry,
 )
 from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
+from airflow_sqlqueue.transport.headers import FAILURE_HEADERS
 
 from .auth import EditorDep, ReaderDep, can_edit
 
@@ -230,6 +231,7 @@ def create_app() -> FastAPI:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "edit_retry": _edit_retry_on(),
+                        "failure_headers": list(FAILURE_HEADERS),
                         **failed.failed_messages(transport, conn.error_queue, after_seq=after, limit=limit,
                                                  where=where)}
 
