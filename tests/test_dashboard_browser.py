@@ -126,8 +126,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
            "AIRFLOW__API_AUTH__JWT_SECRET": "sqlqueue-browser-test-" + "y" * 64,
            "AIRFLOW_CONN_SQLQUEUE_DEFAULT": json.dumps({"conn_type": "sqlite", "host": str(queues_file[0])}),
            "SQLQUEUE_MAINTENANCE_CONFIG": str(home / "sqlqueue.json")}
-    for key in ("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", "AIRFLOW_CONN_SQLQUEUE_DASH", "PYTHONPATH"):
+    for key in ("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", "AIRFLOW_CONN_SQLQUEUE_DASH"):
         env.pop(key, None)
+    env["PYTHONPATH"] = str(PROJECT_DAGS.parent)  # the checkout under test, whatever the editable install points at
     env["AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY"] = "True"
     (home / "dags").mkdir()
     shutil.copy(PROJECT_DAGS / "error_queue_batch_retry.py", home / "dags")  # the DAG the page starts
@@ -176,7 +177,7 @@ class Browser:
             from websockets.sync.client import connect
 
             self.socket = self.stack.enter_context(
-                connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+                connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=10, ping_interval=None))
         except BaseException:
             stop(self.process)
             raise
@@ -433,11 +434,22 @@ def start_from_form(browser: Browser, batch_size: int, ramp: int | None, rate: f
         timeout=30)[0]
 
 
-def run_task(run_id: str) -> subprocess.Popen:
+def run_task(run_id: str, log: Path) -> subprocess.Popen:
     """The run's task, as a worker of the deployment would run it (the same environment and metadata database)."""
-    return subprocess.Popen([str(BIN / "airflow"), "tasks", "test", "sqlqueue_error_queue_batch_retry", "retry",
-                             run_id], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=ENV["AIRFLOW_HOME"])
+    with open(log, "wb") as out:
+        return subprocess.Popen([str(BIN / "airflow"), "tasks", "test", "sqlqueue_error_queue_batch_retry", "retry",
+                                 run_id], env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=ENV["AIRFLOW_HOME"])
+
+
+def task_ended(browser: Browser, task: subprocess.Popen, log: Path, timeout: float) -> str:
+    """Wait for the task while the page goes on polling (the DevTools events it sends are read meanwhile)."""
+    try:
+        wait_for("the batched-retry task to end", lambda: browser.js("1") and task.poll() is not None,
+                 timeout=timeout)
+    finally:
+        stop(task)
+    return log.read_text(errors="replace")
 
 
 def run_shown(browser: Browser, run_id: str) -> dict[str, str]:
@@ -457,17 +469,14 @@ def audit_events(server: str, event: str) -> list[dict[str, Any]]:
 
 
 def test_batched_retry_from_the_page_runs_as_a_task_with_progress_redirect_and_audit(
-        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]]) -> None:
+        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     path, _ = queues_file
     made = add_failed(path, "billing", "Throttled", [f'{{"bill": {i}}}' for i in range(12)])
     open_group(browser, server, "light", "Throttled", 12)
     run_id = start_from_form(browser, batch_size=5, ramp=2, rate=50, redirect=("billing", "invoices"))
     assert run_shown(browser, run_id)["state"] == "queued" and run_shown(browser, run_id)["by"] == "admin"
-    task = run_task(run_id)
-    try:
-        output = task.communicate(timeout=300)[0].decode(errors="replace")
-    finally:
-        stop(task)
+    task = run_task(run_id, tmp_path / "task.log")
+    output = task_ended(browser, task, tmp_path / "task.log", timeout=300)
     assert task.returncode == 0, output[-3000:]
     shown = wait_for("the run to show done", lambda: (r := run_shown(browser, run_id)) and r["state"] == "done" and r,
                      timeout=30)  # the page polls while a run is not finished
@@ -481,19 +490,18 @@ def test_batched_retry_from_the_page_runs_as_a_task_with_progress_redirect_and_a
 
 
 def test_cancel_stops_a_running_batched_retry_between_batches(
-        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]]) -> None:
+        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     path, _ = queues_file
     made = add_failed(path, "billing", "Slow", [f'{{"slow": {i}}}' for i in range(10)])
     open_group(browser, server, "light", "Slow", 10)
     run_id = start_from_form(browser, batch_size=1, ramp=None, rate=1)  # one message a second: time to cancel
-    task = run_task(run_id)
+    task = run_task(run_id, tmp_path / "task.log")
     try:
         wait_for("a batch done", lambda: (r := run_shown(browser, run_id)) and r["state"] == "running"
                  and int(r["batches"]) >= 1, timeout=120)
         browser.js(frame(f"doc.querySelector('#runs tr.run[data-run=\"{run_id}\"] button.cancel-run').click()"))
-        output = task.communicate(timeout=120)[0].decode(errors="replace")
     finally:
-        stop(task)
+        output = task_ended(browser, task, tmp_path / "task.log", timeout=120)
     assert task.returncode != 0 and "cancelled from the SQL Queues page" in output, output[-3000:]
     shown = wait_for("the run to show cancelled", lambda: (r := run_shown(browser, run_id)) and
                      r["state"] == "cancelled" and r, timeout=30)
