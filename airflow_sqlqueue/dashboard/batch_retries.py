@@ -120,14 +120,14 @@ def cancel(config: MaintenanceConfig, conn_id: str, error_queue: str, store: Sql
     if state in FINISHED:
         raise RunFinishedError(f"run {run_id!r} already ended ({state}): there is nothing to cancel")
     retry_progress.record(store, run_id, conn_id, error_queue, "cancel", user_name=user_name)
-    if state == "queued":
-        _fail_queued(run_id)
+    if state == "queued" and _fail_queued(run_id):
+        retry_progress.record(store, run_id, conn_id, error_queue, "end", detail={"state": "cancelled"})
     return {"run_id": run_id, "cancel_requested_by": user_name, "state_before": state}
 
 
-def _fail_queued(run_id: str) -> None:
+def _fail_queued(run_id: str) -> bool:
     """A run still queued is marked failed in Airflow's metadata database (the scheduler will not start it);
-    one that started meanwhile stops at its next batch on the cancel row."""
+    one that started meanwhile stops at its next batch on the cancel row. Whether it was still queued."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
@@ -137,3 +137,5 @@ def _fail_queued(run_id: str) -> None:
         run = session.scalars(select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id)).one_or_none()
         if run is not None and run.state == DagRunState.QUEUED:
             run.set_state(DagRunState.FAILED)
+            return True
+        return False
