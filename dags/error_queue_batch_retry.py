@@ -46,7 +46,7 @@ with DAG(
     },
 ) as dag:
 
-    @task(retries=2)
+    @task(retries=2, multiple_outputs=False)
     def retry(params: dict | None = None) -> dict:
         from airflow_sqlqueue.maintenance import retry_batches
 
