@@ -1,31 +1,46 @@
-"""Queue metrics through Airflow's own metrics client (StatsD or OpenTelemetry, whichever the deployment set up).
+"""Queue metrics through Airflow's own metrics client (StatsD, DogStatsD or OpenTelemetry, as ``[metrics]`` says).
 
-Every metric is named ``sqlqueue.<metric>.<conn_id>.<queue>`` (plain StatsD keeps no tags: the name carries the
-queue; dots and other characters StatsD reads as structure become ``__`` or ``_``) and tagged ``conn_id`` and
-``queue`` for backends that keep tags. Airflow prefixes them with ``[metrics] statsd_prefix`` (``airflow``).
+Two name forms, chosen by the client the deployment configured (the order Airflow itself checks):
 
-| metric | kind | emitted by |
-|---|---|---|
-| ``queue_depth`` | gauge | the queue-health DAG (each queue) |
-| ``oldest_message_age_seconds`` | gauge | the queue-health DAG (queues with a TimeSent on their oldest message) |
-| ``error_queue_size`` | gauge | the queue-health DAG (the error queue of each connection, exact count) |
-| ``drained`` | counter | ``SqlQueueDrainOperator`` to a list or Parquet: messages delivered |
-| ``processed``, ``failed`` | counters | ``SqlQueueDrainOperator`` with a handler: handled, moved to the error queue |
-| ``sent`` | counter | ``SqlQueueSendOperator``: messages sent |
-| ``retried`` | counter | ``SqlQueueBatchRetryOperator``: messages returned, per target queue |
-| ``trigger_events`` | counter | ``SqlQueueTrigger``: events emitted |
+- plain StatsD (``statsd_on``) keeps no tags, so the name carries the queue: ``sqlqueue.<metric>.<conn_id>.<queue>``
+  (dots and other characters StatsD reads as structure become ``__`` or ``_``);
+- DogStatsD (``statsd_datadog_enabled``) and OpenTelemetry (``otel_on``) keep tags, so the name is
+  ``sqlqueue.<metric>`` and the tags (OTel attributes) ``conn_id`` and ``queue`` say which queue.
 
-A metric that cannot be sent is dropped (the metrics client logs it); it never fails the task.
+Airflow prefixes the name with ``[metrics] statsd_prefix`` or ``otel_prefix`` (``airflow``). The metrics, their
+kinds and emitters are listed in docs/metrics.md (:data:`METRICS` is the same list, checked by the tests).
+
+Airflow keeps two copies of its stats module: the task SDK's (set up in task processes) and the core's (set up
+by the scheduler, the triggerer and the API server). A metric goes to the one this process set up; when neither
+was, the SDK's is set up from ``[metrics]`` as a task process does. A metric that cannot be sent is dropped (and
+logged at debug level); it never fails the work it describes.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 PREFIX = "sqlqueue"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
+
+#: Every metric: name -> (kind, what it counts). Counters are per run of the emitter; gauges per sample.
+METRICS: dict[str, tuple[str, str]] = {
+    "queue_depth": ("gauge", "messages in the queue (depth estimate)"),
+    "oldest_message_age_seconds": ("gauge", "seconds since the oldest message was sent"),
+    "error_queue_size": ("gauge", "rows in the error queue (exact count)"),
+    "throughput_per_minute": ("gauge", "messages sent to the queue per minute between two health samples"),
+    "drained": ("counter", "messages delivered by a drain"),
+    "processed": ("counter", "messages a handler processed"),
+    "failed": ("counter", "messages moved to the error queue by a handler drain"),
+    "sent": ("counter", "messages sent"),
+    "published": ("counter", "copies of a published event, per subscribed queue"),
+    "retried": ("counter", "failed messages returned to their queue"),
+    "trigger_events": ("counter", "trigger events emitted"),
+    "trigger_messages": ("counter", "messages carried by the events of the message trigger"),
+}
 
 
 def _part(text: str) -> str:
@@ -33,8 +48,13 @@ def _part(text: str) -> str:
 
 
 def name(metric: str, conn_id: str, queue: str) -> str:
-    """The StatsD name of a per-queue metric: ``sqlqueue.<metric>.<conn_id>.<queue>`` made name-safe."""
+    """The plain-StatsD name of a per-queue metric: ``sqlqueue.<metric>.<conn_id>.<queue>`` made name-safe."""
     return f"{PREFIX}.{metric}.{_part(conn_id)}.{_part(queue)}"
+
+
+def tagged_name(metric: str) -> str:
+    """The name for clients that keep tags (OpenTelemetry, DogStatsD): ``sqlqueue.<metric>``."""
+    return f"{PREFIX}.{metric}"
 
 
 def gauge(metric: str, conn_id: str, queue: str, value: float) -> None:
@@ -48,14 +68,48 @@ def incr(metric: str, conn_id: str, queue: str, count: int = 1) -> None:
         _emit("incr", metric, conn_id, queue, count)
 
 
+def keeps_tags() -> bool:
+    """Whether the configured client keeps tags (DogStatsD, OpenTelemetry): then the name does not carry the queue.
+
+    Same order as Airflow's ``get_stats_factory``: DogStatsD, then StatsD, then OpenTelemetry.
+    """
+    from airflow.sdk.configuration import conf
+
+    if conf.getboolean("metrics", "statsd_datadog_enabled", fallback=False):
+        return True
+    if conf.getboolean("metrics", "statsd_on", fallback=False):
+        return False
+    return conf.getboolean("metrics", "otel_on", fallback=False)
+
+
+def stats_module() -> ModuleType:
+    """The stats module this process set up (the task SDK's or the core's); the SDK's, set up now, otherwise."""
+    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+
+    if getattr(sdk_stats, "_factory", None) is not None:
+        return sdk_stats
+    try:
+        from airflow._shared.observability.metrics import stats as core_stats
+    except ImportError:  # a worker with the task SDK only
+        core_stats = None
+    if core_stats is not None and getattr(core_stats, "_factory", None) is not None:
+        return core_stats
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.observability.metrics import stats_utils
+
+    sdk_stats.initialize(factory=stats_utils.get_stats_factory(),
+                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=False))
+    return sdk_stats
+
+
 def _emit(kind: str, metric: str, conn_id: str, queue: str, value: float) -> None:
     try:
-        from airflow.sdk.observability import stats
-
+        stats = stats_module()
         tags = {"conn_id": conn_id, "queue": queue}
+        stat = tagged_name(metric) if keeps_tags() else name(metric, conn_id, queue)
         if kind == "gauge":
-            stats.gauge(name(metric, conn_id, queue), value, tags=tags)
+            stats.gauge(stat, value, tags=tags)
         else:
-            stats.incr(name(metric, conn_id, queue), count=int(value), tags=tags)
+            stats.incr(stat, count=int(value), tags=tags)
     except Exception as exc:  # noqa: BLE001 - metrics never fail the work they describe
         log.debug("metric %s for %s/%s not sent: %s", metric, conn_id, queue, exc)

@@ -32,13 +32,18 @@ DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@
 SETUPS = ("push", "poll, idle back-off", "poll, no back-off")
 
 
-def _conn_env(pg_url: str) -> str:
-    """Register the database as an Airflow connection (environment variable) for the trigger."""
+def connection_json(pg_url: str) -> str:
+    """The database as an Airflow connection in JSON (the value of an ``AIRFLOW_CONN_<ID>`` variable)."""
     parts = urlsplit(pg_url)
-    conn_id = "bench_latency_" + uuid.uuid4().hex[:8]
-    os.environ["AIRFLOW_CONN_" + conn_id.upper()] = json.dumps({
+    return json.dumps({
         "conn_type": "postgres", "host": parts.hostname or "127.0.0.1", "port": parts.port or 5432,
         "login": parts.username or "postgres", "password": parts.password, "schema": parts.path.lstrip("/")})
+
+
+def _conn_env(pg_url: str) -> str:
+    """Register the database as an Airflow connection (environment variable) for the trigger."""
+    conn_id = "bench_latency_" + uuid.uuid4().hex[:8]
+    os.environ["AIRFLOW_CONN_" + conn_id.upper()] = connection_json(pg_url)
     return conn_id
 
 

@@ -26,6 +26,9 @@ of them as a table and, when a queue crosses a threshold, calls the configured `
   `(conn_id, queue_name, sampled_at, depth, oldest_age_seconds)`, to the table `sqlqueue_health_samples`
   (`health_samples_table`) in the queue's database, or in the one of `health_samples_conn_id`; rows older
   than `health_samples_retention_days` (default 30) are deleted on each run.
+* **Metrics** (StatsD or OpenTelemetry, as `[metrics]` says): depth, oldest age, error-queue size, and the
+  throughput (messages sent per minute since the previous run; positions kept in the Variable
+  `sqlqueue_health_positions`). See docs/metrics.md.
 * **Configuration**: the Variable `sqlqueue_maintenance` or `$SQLQUEUE_MAINTENANCE_CONFIG` (docs/maintenance.md).
 """
 

@@ -18,7 +18,7 @@ CORE = PACKAGE / "transport"
 #: Layer of every core module (lower = further down). Leaves know nothing of queues or connections.
 LAYERS = {
     # leaves: values, names, text
-    "errors": 0, "ids": 0, "validation": 0, "host": 0, "modes": 0, "sqlfile": 0, "redaction": 0,
+    "errors": 0, "ids": 0, "validation": 0, "host": 0, "modes": 0, "sqlfile": 0, "redaction": 0, "printable": 0,
     "circuit_breaker": 1,
     "address": 1, "headers": 1, "messages": 2, "payload": 3, "failures": 2, "standard_headers": 3, "connect": 1,
     # dialects: SQL, quoting, error kinds

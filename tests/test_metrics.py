@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from airflow_sqlqueue import metrics
+from airflow_sqlqueue.maintenance import throughput
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
 from airflow_sqlqueue.transport import headers as h
+from tests.conftest import make_db
 
 
 class Listener:
@@ -70,26 +72,25 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
     from airflow_sqlqueue.operators import (
         SqlQueueBatchRetryOperator,
         SqlQueueDrainOperator,
+        SqlQueuePartitionDrainOperator,
+        SqlQueuePublishOperator,
+        SqlQueueRetryErrorsOperator,
         SqlQueueSendOperator,
     )
-    from airflow_sqlqueue.triggers.sqlqueue import SqlQueueTrigger
+    from airflow_sqlqueue.triggers.sqlqueue import SqlQueueMessageTrigger, SqlQueueTrigger
 
     path = tmp_path / "queues.db"
     conn = airflow_env.sqlite_connection("sqlqueue_metrics", path)
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
-        transport.create_queues(["orders", "billing", "error"])
+        transport.create_queues(["orders", "billing", "events", "error"])
         transport.send_many("error", [OutgoingMessage(body=b"x", headers={h.FAILED_Q: "billing"})] * 4)
+        transport.send_many("error", [OutgoingMessage(body=b"y", headers={h.FAILED_Q: "orders"})] * 2)
         SqlQueueSendOperator(task_id="send", sqlqueue_conn_id=conn, queue_name="orders",
                              messages=[{"body": "a"}, {"body": "b"}, {"body": "c"}]).execute({})
         for queue in ("orders", "error"):
             tasks.sample_queue({"conn_id": conn, "queue": queue, "error_queue": "error"})
         trigger = SqlQueueTrigger(conn_id=conn, queue="orders", min_messages=1, poll_interval=0.1)
-
-        async def first_event() -> Any:
-            async for event in trigger.run():
-                return event
-
-        assert asyncio.run(first_event()).payload["status"] == "success"
+        assert asyncio.run(first_event(trigger)).payload["status"] == "success"
         assert len(SqlQueueDrainOperator(task_id="drain", sqlqueue_conn_id=conn, queue_name="orders",
                                          max_messages=2).execute({})) == 2
 
@@ -97,14 +98,145 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
             if message.body == b"c":
                 raise ValueError("no")
 
+        SqlQueueSendOperator(task_id="send2", sqlqueue_conn_id=conn, queue_name="orders", body="d").execute({})
         SqlQueueDrainOperator(task_id="process", sqlqueue_conn_id=conn, queue_name="orders", handler=handler,
                               immediate_retries=0).execute({})
         SqlQueueBatchRetryOperator(task_id="retry", sqlqueue_conn_id=conn, batch_size=2, failed_q="billing",
                                    allowed_queues=["billing"]).execute({})
+        SqlQueueRetryErrorsOperator(task_id="retry_errors", sqlqueue_conn_id=conn, failed_q="orders").execute({})
+        [part] = transport.plan_partitions("billing", partitions=1)
+        SqlQueuePartitionDrainOperator(task_id="part", sqlqueue_conn_id=conn, queue_name="billing",
+                                       partition=part.as_dict(), output_path=str(tmp_path / "p")).execute({})
+        transport.create_subscription_table()
+        transport.subscribe("events", ["Sales.OrderPlaced"])
+        transport.subscribe("billing", ["Sales.OrderPlaced"])
+        SqlQueuePublishOperator(task_id="publish", sqlqueue_conn_id=conn, event_type="Sales.OrderPlaced",
+                                body={"n": 1}).execute({})
+        message_trigger = SqlQueueMessageTrigger(conn_id=conn, queue_name="events", poll_interval=0.1,
+                                                 event_interval=0)
+        assert asyncio.run(first_event(message_trigger)).payload["count"] == 1
     lines = statsd.read()
     expected = {f"airflow.sqlqueue.sent.{conn}.orders:3|c", f"airflow.sqlqueue.queue_depth.{conn}.orders:3|g",
-                f"airflow.sqlqueue.queue_depth.{conn}.error:4|g", f"airflow.sqlqueue.error_queue_size.{conn}.error:4|g",
+                f"airflow.sqlqueue.queue_depth.{conn}.error:6|g", f"airflow.sqlqueue.error_queue_size.{conn}.error:6|g",
                 f"airflow.sqlqueue.trigger_events.{conn}.orders:1|c", f"airflow.sqlqueue.drained.{conn}.orders:2|c",
-                f"airflow.sqlqueue.failed.{conn}.orders:1|c", f"airflow.sqlqueue.retried.{conn}.billing:2|c"}
-    assert expected <= set(lines), sorted(set(lines))
+                f"airflow.sqlqueue.processed.{conn}.orders:1|c", f"airflow.sqlqueue.failed.{conn}.orders:1|c",
+                f"airflow.sqlqueue.retried.{conn}.billing:2|c", f"airflow.sqlqueue.retried.{conn}.orders:3|c",
+                f"airflow.sqlqueue.drained.{conn}.billing:4|c",
+                f"airflow.sqlqueue.published.{conn}.events:1|c", f"airflow.sqlqueue.published.{conn}.billing:1|c",
+                f"airflow.sqlqueue.trigger_events.{conn}.events:1|c",
+                f"airflow.sqlqueue.trigger_messages.{conn}.events:1|c"}
+    assert expected <= set(lines), sorted(expected - set(lines))
     assert sum(1 for line in lines if line == f"airflow.sqlqueue.retried.{conn}.billing:2|c") == 2  # 2 batches
+    names = {line.split(":")[0] for line in lines if line.startswith("airflow.sqlqueue.")}
+    assert not [n for n in names if n.count(".") != 4], names  # airflow.sqlqueue.<metric>.<conn>.<queue>
+
+
+async def first_event(trigger: Any) -> Any:
+    """The first event of a trigger (its generator closed after it)."""
+    events = trigger.run()
+    try:
+        return await asyncio.wait_for(anext(events), 20)
+    finally:
+        await events.aclose()
+
+
+def test_every_metric_is_documented_with_its_kind() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip() for line in text.splitlines()
+            if line.startswith("| `")}
+    assert {name: kind for name, (kind, _) in metrics.METRICS.items()} == {n: rows.get(n) for n in metrics.METRICS}
+
+
+def test_the_name_carries_the_queue_only_for_plain_statsd(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("STATSD_ON", "STATSD_DATADOG_ENABLED", "OTEL_ON"):
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", "False")
+    assert not metrics.keeps_tags()
+    monkeypatch.setenv("AIRFLOW__METRICS__OTEL_ON", "True")
+    assert metrics.keeps_tags()
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")  # Airflow picks StatsD first
+    assert not metrics.keeps_tags()
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_DATADOG_ENABLED", "True")
+    assert metrics.keeps_tags()
+    assert metrics.tagged_name("queue_depth") == "sqlqueue.queue_depth"
+
+
+# -- throughput ----------------------------------------------------------------------------------------------
+def test_throughput_is_the_send_rate_never_negative() -> None:
+    assert throughput.per_minute((100, 0.0), (160, 120.0)) == 30.0
+    assert throughput.per_minute((100, 0.0), (100, 60.0)) == 0.0  # nothing sent, however much was received
+    assert throughput.per_minute((100, 0.0), (5, 60.0)) is None  # the table was created again
+    assert throughput.per_minute((100, 60.0), (110, 60.0)) is None
+    samples = [{"conn_id": "c", "queue": "a", "sent_position": 50, "sampled_at": 120.0},
+               {"conn_id": "c", "queue": "b", "sent_position": 7, "sampled_at": 120.0},
+               {"conn_id": "c", "queue": "empty", "sent_position": None, "sampled_at": 120.0}]
+    found, stored = throughput.update(samples, {"c": {"a": [20, 60.0], "gone": [1, 1.0]}})
+    assert [s["throughput_per_minute"] for s in found] == [30.0, None, None]
+    assert stored == {"c": {"a": [50, 120.0], "b": [7, 120.0], "gone": [1, 1.0]}}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_sent_position_counts_sends_and_ignores_receives(kind: str, tmp_path: Path) -> None:
+    for db in make_db(kind, tmp_path):
+        t = db.transport
+        t.create_queues([db.q("orders")])
+        assert t.sent_position(db.q("orders")) is None
+        t.send_many(db.q("orders"), [b"a", b"b", b"c"])
+        assert t.sent_position(db.q("orders")) == 3
+        t.drain(db.q("orders"), len)
+        assert t.peek(db.q("orders")) == 0 and t.sent_position(db.q("orders")) == 3
+        t.send(db.q("orders"), b"d")
+        assert t.sent_position(db.q("orders")) == 4
+
+
+def test_health_dag_sends_throughput_from_two_runs(statsd: Listener, airflow_db: None, tmp_path: Path,  # noqa: F811
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from airflow.models import Variable  # the metadata database, where the tasks stored it
+
+    airflow_env.use_project_dags()
+    path = tmp_path / "queues.db"
+    conn = airflow_env.sqlite_connection("sqlqueue_throughput", path)
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": [conn]}))
+    dag = airflow_env.load_project_dag("sqlqueue_queue_health", "maintenance_queue_health.py")
+    Variable.delete(throughput.VARIABLE)
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        transport.create_queues(["orders", "error"])
+        transport.send_many("orders", [b"m"] * 5)
+        assert str(dag.test().state) == "success"
+        first = Variable.get(throughput.VARIABLE, deserialize_json=True)[conn]
+        assert first["orders"][0] == 5 and "error" not in first  # never sent to: no position yet
+        transport.send_many("orders", [b"m"] * 7)
+        transport.drain("orders", len)  # the queue drained: depth 0, still 7 sent
+        assert str(dag.test().state) == "success"
+    second = Variable.get(throughput.VARIABLE, deserialize_json=True)[conn]
+    assert second["orders"][0] == 12
+    rate = 7 / ((second["orders"][1] - first["orders"][1]) / 60)
+    gauges = [line for line in statsd.read() if line.startswith(f"airflow.sqlqueue.throughput_per_minute.{conn}.")]
+    assert gauges == [f"airflow.sqlqueue.throughput_per_minute.{conn}.orders:{round(rate, 2)}|g"], gauges
+
+
+def test_a_process_that_set_up_only_the_core_client_gets_the_metrics(  # the triggerer, the scheduler
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow._shared.observability.metrics import stats as core_stats
+    from airflow.observability.metrics import stats_utils as core_stats_utils
+    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+
+    listener = Listener()
+    for key, value in (("STATSD_ON", "True"), ("STATSD_HOST", "127.0.0.1"), ("STATSD_PORT", str(listener.port)),
+                       ("STATSD_PREFIX", "core")):
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    monkeypatch.setattr(sdk_stats, "_factory", None)  # as in a process where no task ran
+    monkeypatch.setattr(sdk_stats, "_backend", None)
+    monkeypatch.setattr(core_stats, "_backend", None)
+    monkeypatch.setattr(core_stats, "_factory", core_stats_utils.get_stats_factory())
+    try:
+        assert metrics.stats_module() is core_stats
+        metrics.incr("trigger_events", "c", "orders")
+        assert listener.read() == ["core.sqlqueue.trigger_events.c.orders:1|c"]
+        monkeypatch.setattr(core_stats, "_factory", None)  # neither set up (a script): the SDK's, from [metrics]
+        metrics.gauge("queue_depth", "c", "orders", 4)
+        assert listener.read()[-1] == "core.sqlqueue.queue_depth.c.orders:4|g"
+        assert sdk_stats._factory is not None
+    finally:
+        listener.socket.close()

@@ -525,6 +525,25 @@ def test_provider_info_is_valid() -> None:
     assert SqlQueueMessageQueueProvider().trigger_class() is SqlQueueMessageTrigger
 
 
+async def first_event_after_a_quiet_spell(db, trigger) -> dict:
+    """Run ``trigger`` until it listens and has looked once (finding nothing), send one message to ``orders``, and
+    return the payload of its first event: within 60 s, far below its 600 s poll, so only a wake-up gets there."""
+    events = trigger.run()
+    first = asyncio.ensure_future(anext(events))
+    for _ in range(300):  # until the trigger listens, then a moment for its first (empty) look
+        listening = await asyncio.to_thread(db.sql, "SELECT count(*) FROM pg_stat_activity WHERE query = "
+                                            "'LISTEN sqlqueue' AND pid <> pg_backend_pid()")
+        if listening[0][0]:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)
+    assert not first.done()
+    await asyncio.to_thread(db.transport.send, db.q("orders"), b"wake")
+    event = await asyncio.wait_for(first, 60)
+    await events.aclose()
+    return event.payload
+
+
 def test_depth_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
     """PostgreSQL with the wake-up trigger: the sensor's trigger fires on the send, not at its next poll (600 s
     away); elsewhere it keeps polling."""
@@ -533,23 +552,7 @@ def test_depth_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
     db.transport.create_queue(db.q("orders"), notify=True)
     trigger = SqlQueueTrigger(conn_id=airflow_conn(db, monkeypatch), queue=db.q("orders"), poll_interval=600)
 
-    async def scenario() -> dict:
-        events = trigger.run()
-        first = asyncio.ensure_future(anext(events))
-        for _ in range(300):  # until the trigger listens, then a moment for its first (empty) peek
-            listening = await asyncio.to_thread(db.sql, "SELECT count(*) FROM pg_stat_activity WHERE query = "
-                                                "'LISTEN sqlqueue' AND pid <> pg_backend_pid()")
-            if listening[0][0]:
-                break
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)
-        assert not first.done()
-        await asyncio.to_thread(db.transport.send, db.q("orders"), b"wake")
-        event = await asyncio.wait_for(first, 60)  # far below the 600 s poll: only a wake-up gets here
-        await events.aclose()
-        return event.payload
-
-    payload = asyncio.run(scenario())
+    payload = asyncio.run(first_event_after_a_quiet_spell(db, trigger))
     assert payload == {"status": "success", "queue": db.q("orders"), "depth": 1}
 
 
@@ -562,21 +565,5 @@ def test_event_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
     trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(db, monkeypatch), queue_name=db.q("orders"),
                                      poll_interval=600, error_queue=db.q("error"))
 
-    async def scenario() -> dict:
-        events = trigger.run()
-        first = asyncio.ensure_future(anext(events))
-        for _ in range(300):  # until the trigger listens, then a moment for its first (empty) claim
-            listening = await asyncio.to_thread(db.sql, "SELECT count(*) FROM pg_stat_activity WHERE query = "
-                                                "'LISTEN sqlqueue' AND pid <> pg_backend_pid()")
-            if listening[0][0]:
-                break
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)
-        assert not first.done()
-        await asyncio.to_thread(db.transport.send, db.q("orders"), b"wake")
-        event = await asyncio.wait_for(first, 60)
-        await events.aclose()
-        return event.payload
-
-    payload = asyncio.run(scenario())
+    payload = asyncio.run(first_event_after_a_quiet_spell(db, trigger))
     assert payload["count"] == 1 and [m["body"] for m in payload["messages"]] == ["wake"]

@@ -117,6 +117,19 @@ def test_a_lost_listener_falls_back_to_polling_then_listens_again(pg):
         wakeups.close()
 
 
+def test_closing_while_a_wait_runs_ends_the_wait_quietly(pg, caplog):
+    """A trigger that stops closes its wake-ups while a thread still waits on the listener: the wait ends at once
+    and nothing claims the listener was lost."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    assert wakeups.start() and wakeups.push
+    _later(0.3, wakeups.close)
+    with caplog.at_level("WARNING", logger="airflow_sqlqueue.transport.wakeups"):
+        assert wakeups.wait(found=False) is False  # not the 600 s poll: the close ended it
+    assert not [r for r in caplog.records if "lost" in r.getMessage()]
+
+
 def test_notify_is_refused_where_there_is_no_listen(lite):
     t = lite.transport
     with pytest.raises(ValueError, match="LISTEN/NOTIFY"):

@@ -18,12 +18,12 @@ from airflow_sqlqueue.transport import (
 )
 from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
+from airflow_sqlqueue.transport.printable import printable
 
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
 from .output import age_text, emit_json, json_line, message_json, message_line, progress, table, write_line_now
 from .receiving import ReceiveCount, receive_and_print
-from .terminal import printable
 
 SEND_CHUNK = 1000
 PROGRESS_FROM = 2000

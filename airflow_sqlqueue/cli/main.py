@@ -12,12 +12,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from airflow_sqlqueue.transport.printable import printable, printable_lines
 from airflow_sqlqueue.transport.redaction import scrub
 
 from . import commands
 from .errors import OK, exit_code, one_line
 from .parser import build_parser
-from .terminal import printable, printable_lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

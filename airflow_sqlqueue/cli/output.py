@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -11,26 +10,22 @@ from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport import headers as h
-
-from .terminal import printable, printable_json
+from airflow_sqlqueue.transport.payload import to_payload
+from airflow_sqlqueue.transport.printable import printable, printable_json
 
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:
-    """A received message as ``{"id", "headers", "body"}`` (``body_base64`` when the body is not UTF-8)."""
-    out: dict[str, Any] = {"id": str(message.id), "headers": dict(message.headers)}
-    body = message.body or b""
-    try:
-        out["body"] = body.decode("utf-8")
-    except UnicodeDecodeError:
-        out["body_base64"] = base64.b64encode(body).decode("ascii")
-    return out
+    """A received message as ``{"id", "headers", "body"}`` (``body_base64`` when the body is not UTF-8; ``body``
+    null for a NULL body): the provider's one payload codec, with header text kept exactly (``json_line``
+    escapes what a terminal must not see)."""
+    return to_payload(message, ("id", "headers"), exact=True)
 
 
 def message_line(message: ReceivedMessage) -> str:
     """A received message on one line for people: id, message type, body (newlines shown as \\n, every control
     and bidi character escaped: see ``terminal.printable``)."""
     shown = message_json(message)
-    body = shown["body"] if "body" in shown else "base64:" + shown["body_base64"]
+    body = (shown["body"] or "") if "body" in shown else "base64:" + shown["body_base64"]
     kind = message.headers.get(h.ENCLOSED_MESSAGE_TYPES) or "-"
     return printable(f"{message.id}  {kind}  {body}")
 

@@ -24,7 +24,7 @@ from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
 from airflow_sqlqueue.transport.errors import InvalidAddressError
 
-from . import health
+from . import health, throughput
 from .config import (
     MaintenanceConfig,
     MaintenanceConfigError,
@@ -204,6 +204,13 @@ def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
     """Depth and oldest age of one queue, with its thresholds and what crossed them."""
     with transport_for(target["conn_id"]) as transport:
         measured = health.sample(transport, target["queue"])
+        sampled_at = time.time()
+        try:
+            sent_position = transport.sent_position(target["queue"])
+        except Exception as exc:  # noqa: BLE001 - e.g. no right to read the sequence: no throughput, still a sample
+            log.warning("%s on %s: sent position not read (no throughput): %s", measured["queue"], target["conn_id"],
+                        exc)
+            sent_position = None
         error_queue = target.get("error_queue")
         if error_queue and transport.name(error_queue) == measured["queue"]:
             metrics.gauge("error_queue_size", target["conn_id"], measured["queue"], transport.count(error_queue))
@@ -212,7 +219,8 @@ def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
         metrics.gauge("oldest_message_age_seconds", target["conn_id"], measured["queue"],
                       measured["oldest_age_seconds"])
     limits = {k: target.get(k) for k in ("max_depth", "max_age_seconds")}
-    result = {"conn_id": target["conn_id"], **measured, **limits, "breaches": health.breaches(measured, limits)}
+    result = {"conn_id": target["conn_id"], **measured, **limits, "breaches": health.breaches(measured, limits),
+              "sent_position": sent_position, "sampled_at": sampled_at}
     log.info("%s on %s: depth %d, oldest %s s%s", result["queue"], result["conn_id"], result["depth"],
              result["oldest_age_seconds"], (" - " + "; ".join(result["breaches"])) if result["breaches"] else "")
     return result
@@ -221,8 +229,8 @@ def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
 def health_report(samples: Sequence[dict[str, Any]], params: dict[str, Any] | None,
                   context: Any = None) -> list[dict[str, Any]]:
     """Log the samples as a table, record them if configured, alert and fail when a threshold is crossed."""
-    samples = list(samples)
     config = configuration(params)
+    samples = throughput.record_throughput(samples)
     rows = [{**s, "status": "; ".join(s["breaches"]) or "ok"} for s in samples]
     log.info("queue health:\n%s", format_table(
         rows, ("conn_id", "queue", "depth", "oldest_age_seconds", "max_depth", "max_age_seconds", "status")))

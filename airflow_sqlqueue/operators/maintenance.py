@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.transport import Finding, SqlQueueTransport
 from airflow_sqlqueue.transport.error_queue import failure_selector
 from airflow_sqlqueue.transport.validation import check_count
@@ -151,6 +152,13 @@ class SqlQueueRetryErrorsOperator(SqlQueueBaseOperator):
             summary = transport.retry_errors(error_queue=self.error_queue, select=select,
                                              max_messages=self.max_messages)
         result = summary.as_dict()
+        self._returned_to = sorted(summary.returned)
+        for queue, count in summary.returned.items():
+            metrics.incr("retried", self.sqlqueue_conn_id, queue, count)
         self.log.info("returned %d messages from %s: %s; %d left", result["total_returned"], self.error_queue,
                       result["returned"], len(result["left"]))
         return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the error queue in; the queues messages were returned to out."""
+        return lineage.retry_lineage(self.get_hook(), self.error_queue, getattr(self, "_returned_to", []))

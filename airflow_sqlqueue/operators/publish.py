@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport.pubsub import DEFAULT_SUBSCRIPTION_TABLE
@@ -67,6 +68,14 @@ class SqlQueuePublishOperator(SqlQueueBaseOperator):
         base_types = [self.base_types] if isinstance(self.base_types, str) else list(self.base_types or ())
         with self.open_transport() as transport:
             result = transport.publish(self.event_type, message, base_types=base_types)
+        self._published = sorted(result.sent)
+        for queue in result.sent:
+            metrics.incr("published", self.sqlqueue_conn_id, queue)
         self.log.info("published %s to %d subscribed queues: %s", self.event_type, len(result.sent),
                       ", ".join(result.sent) or "none")
         return result.as_dict()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue tables the event was written to (the subscribers found when it ran)."""
+        hook = self.get_hook()
+        return lineage.operator_lineage([], [lineage.queue_dataset(hook, q) for q in getattr(self, "_published", [])])

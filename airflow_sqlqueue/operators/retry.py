@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_sqlqueue import metrics
+from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.transport.batch_retry import BatchPlan, BatchRecord, retry_in_batches
 from airflow_sqlqueue.transport.error_browser import FailedFilter
 
@@ -107,6 +107,11 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
             summary = retry_in_batches(transport, self.error_queue, plan, allowed=allowed, redirects=self.redirects,
                                        where=where, on_batch=on_batch, should_stop=self._stop.is_set)
         result = summary.as_dict()
+        self._returned_to = sorted(result["returned"])
         self.log.info("returned %d messages from %s in %d batches%s: %s", result["total_returned"], self.error_queue,
                       len(result["batches"]), " (cancelled)" if result["cancelled"] else "", result["returned"])
         return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the error queue in; the queues messages were returned to out."""
+        return lineage.retry_lineage(self.get_hook(), self.error_queue, getattr(self, "_returned_to", []))

@@ -43,6 +43,16 @@ class FailureInfoStorage:
         with self._lock:
             return self._items.get(message_id)
 
+    def __len__(self) -> int:
+        """How many messages have failures counted (read without the lock: a hint for fast paths)."""
+        return len(self._items)
+
+    def clear_many(self, message_ids: list[uuid.UUID]) -> None:
+        """Forget messages (one lock for a batch)."""
+        with self._lock:
+            for message_id in message_ids:
+                self._items.pop(message_id, None)
+
     def clear(self, message_id: uuid.UUID) -> None:
         """Forget a message (processed or moved to the error queue)."""
         with self._lock:

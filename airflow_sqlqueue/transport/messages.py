@@ -69,17 +69,24 @@ class OutgoingMessage:
         """Delivery delay in milliseconds, or None."""
         return _to_ms(self.delay, "delay")
 
+    def timing_ms(self) -> tuple[int | None, int | None]:
+        """(time to be received, delay) in milliseconds; refuses a message that has both."""
+        if self.time_to_be_received is None and self.delay is None:
+            return None, None
+        ttbr, delay = self.ttbr_ms(), self.delay_ms()
+        if ttbr is not None and delay is not None:
+            raise InvalidMessageError(
+                "a message cannot have both a delay and a time_to_be_received (NServiceBus refuses the "
+                "combination); drop one of them")
+        return ttbr, delay
+
     def validated(self, defaults: Mapping[str, str | None] | None = None) -> tuple[str, bytes | None, int | None,
                                                                                    int | None]:
         """Check the message and return (headers text, body, ttbr ms, delay ms).
 
         :param defaults: headers written unless the message's own headers set them (the standard headers).
         """
-        ttbr, delay = self.ttbr_ms(), self.delay_ms()
-        if ttbr is not None and delay is not None:
-            raise InvalidMessageError(
-                "a message cannot have both a delay and a time_to_be_received (NServiceBus refuses the "
-                "combination); drop one of them")
+        ttbr, delay = self.timing_ms()
         if defaults and isinstance(self.headers, Mapping):
             headers: Mapping[str, str | None] = {**defaults, **self.headers}
         else:

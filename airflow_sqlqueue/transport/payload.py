@@ -26,16 +26,20 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def to_payload(message: ReceivedMessage, fields: tuple[str, ...] = FIELDS,
-               max_body_bytes: int | None = None) -> dict[str, Any]:
-    """The JSON-serialisable form of ``message`` with the given ``fields`` (see ``FIELDS``) and its body."""
+               max_body_bytes: int | None = None, *, exact: bool = False) -> dict[str, Any]:
+    """The JSON-serialisable form of ``message`` with the given ``fields`` (see ``FIELDS``) and its body.
+
+    :param exact: keep header text exactly, lone surrogates included, for a writer that escapes them itself (the
+        command line's JSON lines); by default they are replaced so that any JSON store accepts the payload.
+    """
     payload: dict[str, Any] = {}
     for name in fields:
         if name == "id":
             payload["id"] = str(message.id)
         elif name == "headers":
-            payload["headers"] = safe_headers(message.headers)
+            payload["headers"] = dict(message.headers) if exact else safe_headers(message.headers)
         elif name == "message_id":
-            payload["message_id"] = safe_text(message.message_id)
+            payload["message_id"] = message.message_id if exact else safe_text(message.message_id)
         elif name == "body_size":
             payload["body_size"] = None if message.body is None else len(message.body)
         else:

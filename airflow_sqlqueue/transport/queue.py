@@ -12,6 +12,7 @@ it names another queue it may go to). Nothing in a row can make the batch fail.
 from __future__ import annotations
 
 import json
+import json.scanner
 import logging
 import threading
 import uuid
@@ -28,10 +29,12 @@ from .failures import PoisonMessageError, error_row_headers, failure_headers
 from .headers import PoisonHeadersError, parse_headers
 from .ids import new_id
 from .messages import ReceivedMessage, as_body, as_text, native_uuid
+from .redaction import first_line
 
 log = logging.getLogger(__name__)
 
 _json_loads = json.loads
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner json.loads ends in, called directly
 _STR_OR_NONE = {str, type(None)}
 _UUID = uuid.UUID
 _BYTES = bytes
@@ -40,6 +43,8 @@ _DICT = dict
 _seq_of = itemgetter(1)
 #: Below every position a row can hold (another program may insert a seq of 0 or below): "from the start".
 FIRST_SEQ = -(2**63)
+#: How many queue names (as given) a book remembers with their parsed queue.
+MAX_NAMES_KEPT = 10_000
 
 
 @dataclass
@@ -155,7 +160,9 @@ class TableQueue:
         for row in rows:
             raw_id, seq, expired, text, body = row
             try:
-                headers = _json_loads(text)
+                headers, end = _scan_json(text, 0)
+                if end != len(text):  # text after the object (whitespace is fine): json.loads decides
+                    headers = _json_loads(text)
             except Exception:  # noqa: BLE001 - not JSON, not text, too deep: decided below
                 headers = None
             if (type(headers) is not _DICT or expired or h.FORWARD_DESTINATION in headers
@@ -235,7 +242,7 @@ class TableQueue:
         except Exception as exc:  # noqa: BLE001 - the insert is undone; the row goes to the error queue instead
             self.dialect.execute(cursor, "rollback_to_savepoint", None, savepoint=savepoint)
             self.book.forget(target)
-            return ForwardRefusedError(f"forwarding to {target.name!r} failed: {_first_line(exc)}")
+            return ForwardRefusedError(f"forwarding to {target.name!r} failed: {first_line(exc)}")
         self.dialect.execute(cursor, "release_savepoint", None, savepoint=savepoint)
         return None
 
@@ -289,6 +296,7 @@ class QueueBook:
         self.dialect = dialect
         self.endpoint = endpoint
         self._queues: dict[QueueAddress, TableQueue] = {}
+        self._by_text: dict[str, TableQueue] = {}
         self._existing: set[QueueAddress] = set()
         self._lock = threading.Lock()
         self.error = self.queue(error_queue)
@@ -302,6 +310,10 @@ class QueueBook:
         """The ``TableQueue`` of a queue (made once per table); NotAQueueError for a system table."""
         if isinstance(queue, TableQueue):
             return queue
+        if type(queue) is str:
+            found = self._by_text.get(queue)
+            if found is not None:
+                return found
         address = self.address(queue)
         found = self._queues.get(address)
         if found is None:
@@ -310,6 +322,8 @@ class QueueBook:
                 raise NotAQueueError(refused)
             with self._lock:
                 found = self._queues.setdefault(address, TableQueue(self.dialect, address, self))
+        if type(queue) is str and len(self._by_text) < MAX_NAMES_KEPT:
+            self._by_text[queue] = found  # the same text names the same queue: parsed once
         return found
 
     def may_forward(self, source: TableQueue, target: QueueAddress) -> bool:
@@ -359,7 +373,3 @@ def _id_text(native_id: Any) -> str:
     """A native id as upstream receivers show it when ``NServiceBus.MessageId`` is missing (lower-case, hyphens)."""
     return str(native_uuid(native_id)) if not isinstance(native_id, str) else native_id.lower()
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -57,7 +57,7 @@ class Recoverability:
         self.immediate_retries = immediate_retries
         self.delayed_retries = delayed_retries
         self.delayed_retry_delay = float(delayed_retry_delay)
-        self.failures = failures or FailureInfoStorage()
+        self.failures = failures if failures is not None else FailureInfoStorage()
 
     def exhausted(self, message: ReceivedMessage) -> BaseException | None:
         """The last failure of a message whose immediate retries ran out in an earlier batch, else None."""
@@ -84,6 +84,11 @@ class Recoverability:
     def forget(self, message: ReceivedMessage) -> None:
         """The message left the queue (handled, delayed or moved): drop its count."""
         self.failures.clear(message.native_id)
+
+    def forget_many(self, messages: list[ReceivedMessage]) -> None:
+        """Messages left the queue: drop their counts (nothing to do when none failed)."""
+        if self.failures:
+            self.failures.clear_many([m.native_id for m in messages])
 
     def forget_id(self, native_id: Any) -> None:
         self.failures.clear(native_id)

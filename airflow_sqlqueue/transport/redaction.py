@@ -56,6 +56,12 @@ def scrub(text: str) -> str:
     return _TEXT_QUERY_PASSWORD.sub(r"\1" + MASK, _TEXT_USER_PASSWORD.sub(r"\1" + MASK + "@", text))
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (its type name when it has none), URL passwords removed."""
+    lines = str(exc).strip().splitlines()
+    return scrub(lines[0]) if lines else type(exc).__name__
+
+
 def describe(exc: BaseException, *secrets: str | None) -> str:
     """One line for an error: its type and first line of text, secrets and URL passwords removed."""
     lines = str(exc).strip().splitlines()

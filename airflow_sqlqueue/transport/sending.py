@@ -12,12 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import headers as h
-from .ids import new_id
+from .ids import id_stream
 from .messages import OutgoingMessage
 from .queue import QueueBook, TableQueue
-from .standard_headers import Origin, default_endpoint, standard_headers
-
-_new_id = new_id
+from .standard_headers import BatchHeaders, Origin, default_endpoint
 
 
 @dataclass
@@ -58,21 +56,21 @@ class Outbox:
         """
         target = self.book.queue(queue)
         prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
-        origin = origin or self.origin
-        time_sent = h.format_wire_time()  # one clock reading for the batch
+        writer = None if raw else BatchHeaders(origin or self.origin, h.format_wire_time())  # one clock reading
         id_param = self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
+        next_id = id_stream().__next__
         for item in messages:
             message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
-            message_id = _new_id()
-            defaults = None
-            if not raw:  # the MessageId the message ends up with (its own, else the native Id) correlates it
-                own_id = message.headers.get(h.MESSAGE_ID) if isinstance(message.headers, Mapping) else None
-                defaults = standard_headers(origin, own_id if isinstance(own_id, str) and own_id else str(message_id),
-                                            content_type=message.content_type, time_sent=time_sent)
             if message.delay is not None:
                 message = _forwarding(message, target.wire)
-            headers_text, body, ttbr_ms, delay_ms = message.validated(defaults)
+            ttbr_ms, delay_ms = message.timing_ms()
+            message_id = next_id()
+            if writer is None or not isinstance(message.headers, Mapping):
+                headers_text = h.serialize_headers(message.headers)  # raw, or the clear error for a non-mapping
+            else:  # the MessageId the message ends up with (its own, else the native Id) correlates it
+                headers_text = writer.text(message.headers, str(message_id), message.content_type)
+            body = message.body_bytes()
             if body is None:
                 body = b""  # a NULL body stops .NET PostgreSQL receivers and ServiceControl's import
             if delay_ms is not None:

@@ -23,6 +23,7 @@ from .errors import (
     QueueNotFoundError,
     SqlQueueError,
 )
+from .redaction import first_line
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,7 +78,7 @@ class RetryPolicy:
                     raise
                 kind = "deadlock in" if self.dialect.is_deadlock(exc) else "lost connection in"
                 log.warning("%s %s, retrying in %.2f s (%d): %s", kind, what or "transaction", pause, failures,
-                            _first_line(exc))
+                            first_line(exc))
                 time.sleep(pause)
                 continue
             self.succeeded()
@@ -189,15 +190,15 @@ class Session:
             return exc
         if self.dialect.is_missing_table(exc):
             return QueueNotFoundError(
-                f"{what}: a queue table (or its schema) does not exist: {_first_line(exc)}. Create it with "
+                f"{what}: a queue table (or its schema) does not exist: {first_line(exc)}. Create it with "
                 "`sqlqueue create QUEUE` or SqlQueueTransport.create_queue()")
         if self.dialect.is_undefined_column(exc):
             return NotAQueueError(
-                f"{what}: the table is not a queue table (a column is missing: {_first_line(exc)}). A queue table "
+                f"{what}: the table is not a queue table (a column is missing: {first_line(exc)}). A queue table "
                 f"has the columns {', '.join(self.dialect.queue_columns)}; `sqlqueue check QUEUE` says what is "
                 "wrong with it, `sqlqueue create QUEUE` makes one")
         if self.dialect.is_permission_denied(exc):
-            return PermissionDeniedError(f"{what}: the database user lacks a right: {_first_line(exc)}. "
+            return PermissionDeniedError(f"{what}: the database user lacks a right: {first_line(exc)}. "
                                          f"{self.dialect.rights_hint}")
         return exc
 
@@ -268,7 +269,3 @@ def close_quietly(connection: Any) -> None:
     except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to do
         log.debug("closing a connection failed", exc_info=True)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -24,6 +24,7 @@ from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z_0-9]+) --\s*$")
 _PARAM = re.compile(r"%\((\w+)\)[sb]|%%")
+_BINARY_PARAM = re.compile(r"%\((\w+)\)b")
 _SLOT = re.compile(r"\{(\w+)\}")
 
 
@@ -81,6 +82,11 @@ class Statement:
         """Rewrite ``%(name)s`` in ``sql`` for the driver's paramstyle; return (sql, ordered names for qmark)."""
         converted, names = _convert(sql, paramstyle)
         return converted, names
+
+    def with_text_parameters(self) -> Statement:
+        """This statement with every ``%(name)b`` (bound in binary) written ``%(name)s``, for a driver that binds
+        only text (psycopg 2)."""
+        return Statement(self.name, self.description, _BINARY_PARAM.sub(r"%(\1)s", self.text))
 
     def repeated(self, slot: str, fragment: Statement, count: int, separator: str = ",\n") -> Statement:
         """This statement with ``{slot}`` replaced by ``count`` copies of ``fragment`` (a list of rows or values).

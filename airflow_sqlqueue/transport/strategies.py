@@ -31,6 +31,7 @@ from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueue
 from .failures import exception_text
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
+from .printable import printable
 from .queue import TableQueue
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
@@ -92,6 +93,8 @@ class BufferedSends(SendPolicy):
         self._pending.append(prepared)
 
     def message_done(self, succeeded: bool) -> None:
+        if not self._pending:
+            return
         pending, self._pending = self._pending, []
         if self.keep_failed:
             self._write(pending)
@@ -247,7 +250,7 @@ def acknowledge_retry(sends: SendPolicy, queue: TableQueue, message: ReceivedMes
         allowed = False
     if not allowed:
         log.warning("not acknowledging the ServiceControl retry of message %s: %s %r is not the error queue nor a "
-                    "forward_to queue", message.message_id, h.RETRY_ACKNOWLEDGEMENT_QUEUE, target)
+                    "forward_to queue", printable(message.message_id), h.RETRY_ACKNOWLEDGEMENT_QUEUE, printable(target))
         return
     ack = OutgoingMessage(b"", {h.RETRY_SUCCESSFUL: h.format_wire_time(), h.RETRY_UNIQUE_MESSAGE_ID: unique_id,
                                 h.CONTROL_MESSAGE: "True"})
@@ -313,7 +316,7 @@ class AtMostOnce(ReceiveStrategy):
                 except Exception:
                     part.lost += 1
                     log.exception("handler failed for message %s in mode NONE: the message is lost",
-                                  message.message_id)
+                                  printable(message.message_id))
         finally:
             summary.add(part)
 
@@ -329,22 +332,49 @@ class HeldBatch(ReceiveStrategy):
         super().__init__(*args, **kwargs)
         self.send_policy = send_policy
 
+    #: Whether each message's handler runs inside a mark that its failure undoes (TRANSACTION_SCOPE).
+    marks = False
+
     def batch(self, count: int, summary: ProcessSummary) -> None:
         part = ProcessSummary()
         finished: list[ReceivedMessage] = []
+        handled: list[ReceivedMessage] = []
         with Claim(self.session, self.queue).open(count) as claim:
             self.count_rows(claim, part)
             part.add_stats(claim.stats)
             sends = self.send_policy(claim)
             context = self._context(claim, sends)
+            retried_before = bool(self.recoverability.failures)  # messages that failed in an earlier batch
             for message in claim.messages:
-                if self._handle(claim, context, sends, message, part):
-                    finished.append(message)
+                if retried_before or self.marks:
+                    if self._handle(claim, context, sends, message, part):
+                        finished.append(message)
+                elif self._handle_first(claim, context, sends, message, part):
+                    handled.append(message)
+            claim.ack_many(handled)  # the handled ones leave with the batch (acked here: one lock, one pass)
+            part.succeeded += len(handled)
             sends.flush()
         # committed: only now are the counts and the failure bookkeeping true
-        for message in finished:
-            self.recoverability.forget(message)
+        if finished:
+            self.recoverability.forget_many(finished)
         summary.add(part)
+
+    def _handle_first(self, claim: Claim, context: HandlerContext, sends: SendPolicy, message: ReceivedMessage,
+                      part: ProcessSummary) -> bool:
+        """Handle a message with no failures counted in earlier batches; return True when it succeeded (the
+        caller acks it), False when its failure was decided here (released, delayed or rejected)."""
+        try:
+            context.message = message
+            self.handler(message, context)
+            if h.RETRY_UNIQUE_MESSAGE_ID in message.headers:
+                acknowledge_retry(sends, self.queue, message)
+        except Exception as exc:
+            if self._is_infrastructure(exc):
+                raise
+            self._failed(claim, sends, message, exc, part)
+            return False
+        sends.message_done(True)
+        return True
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
         return HandlerContext(self.transport, self.mode, sends, queue=self.queue)
@@ -364,20 +394,25 @@ class HeldBatch(ReceiveStrategy):
             if self._is_infrastructure(exc):
                 raise
             self._undo(claim, mark)
-            sends.message_done(False)
-            decision = self.recoverability.failed(message, exc)
-            log.warning("handler failed for message %s (attempt %d of %d): %s", message.message_id,
-                        decision.attempts, self.recoverability.immediate_retries + 1, exception_text(exc))
-            if decision.action is Action.RETRY:
-                claim.release(message)
-                part.retries += 1
-                return False  # not deleted: back at the head of the queue when the batch commits
-            return self._give_up(claim, message, exc, decision, part)
+            return self._failed(claim, sends, message, exc, part)
         self._keep(claim, mark)
         sends.message_done(True)
         claim.ack(message)
         part.succeeded += 1
         return True
+
+    def _failed(self, claim: Claim, sends: SendPolicy, message: ReceivedMessage, exc: BaseException,
+                part: ProcessSummary) -> bool:
+        """The handler raised: retry (release), delay or reject; return True when the message leaves the queue."""
+        sends.message_done(False)
+        decision = self.recoverability.failed(message, exc)
+        log.warning("handler failed for message %s (attempt %d of %d): %s", printable(message.message_id),
+                    decision.attempts, self.recoverability.immediate_retries + 1, printable(exception_text(exc)))
+        if decision.action is Action.RETRY:
+            claim.release(message)
+            part.retries += 1
+            return False  # not deleted: back at the head of the queue when the batch commits
+        return self._give_up(claim, message, exc, decision, part)
 
     def _give_up(self, claim: Claim, message: ReceivedMessage, exc: BaseException, decision: Any,
                  part: ProcessSummary) -> bool:
@@ -404,6 +439,8 @@ class HeldBatch(ReceiveStrategy):
 class ScopedBatch(HeldBatch):
     """TRANSACTION_SCOPE: as ``HeldBatch``, and the handler's own SQL on ``context.connection`` joins the receive
     transaction; a savepoint per message undoes a failed handler's SQL and sends."""
+
+    marks = True
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
         return HandlerContext(self.transport, self.mode, sends, scope=claim, queue=self.queue)

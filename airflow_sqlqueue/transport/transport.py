@@ -390,6 +390,15 @@ class SqlQueueTransport:
         return int(self.run(lambda cur: self.dialect.scalar(cur, "peek", None, **table.ids) or 0,
                             what=f"peek {table.name!r}", read_only=True))
 
+    def sent_position(self, queue: str | QueueAddress) -> int | None:
+        """The last position (seq, RowVersion) the database handed out for ``queue``: a count of every message ever
+        sent to it that receives never lower (None before the first send). Two readings give the send rate."""
+        table = self.book.queue(queue)
+        params = {"qualified_name": table.ids["queue"], "table_name": table.address.table}
+        value = self.run(lambda cur: self.dialect.scalar(cur, "sent_position", params, **table.ids),
+                         what=f"sent position of {table.name!r}", read_only=True)
+        return None if value is None else int(value)
+
     def oldest_age(self, queue: str | QueueAddress) -> float | None:
         """Seconds since the oldest message was sent (from its TimeSent header, read in SQL), or None."""
         table = self.book.queue(queue)

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from .queue import TableQueue
+from .redaction import first_line
 from .session import Session, close_quietly
 from .validation import check_seconds
 
@@ -78,7 +79,7 @@ class Wakeups:
             self._listener = connection
         except Exception as exc:  # noqa: BLE001 - push is an optimisation: poll instead, say why
             log.warning("wake-ups for %s are off, polling every %.1f s: %s", self.queue.name, self.poll_interval,
-                        _first_line(exc))
+                        first_line(exc))
         return self.push
 
     def close(self) -> None:
@@ -100,15 +101,18 @@ class Wakeups:
         """
         if not self._checked:
             self.start()
-        if self._listener is None:
+        listener = self._listener
+        if listener is None:
             time.sleep(self.next_pause(found))
             return False
         deadline = time.monotonic() + self.poll_interval
-        while (left := deadline - time.monotonic()) > 0:
+        while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
             try:
-                payloads = self.dialect.notifications(self._listener, left)
+                payloads = self.dialect.notifications(listener, left)
             except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
-                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, _first_line(exc))
+                if self._listener is not listener:
+                    return False  # close() ended the wait (the trigger stopped): nothing was lost
+                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, first_line(exc))
                 self.close()
                 self._checked = False
                 return False
@@ -126,7 +130,3 @@ class Wakeups:
             return False
         return await asyncio.to_thread(self.wait, found)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -376,6 +376,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
                 self._last_event = loop.time()
+                metrics.incr("trigger_events", self.conn_id, name)
+                metrics.incr("trigger_messages", self.conn_id, name, len(items))
                 yield payload, claim.number
                 await self._settled.wait()
                 self._claim = None

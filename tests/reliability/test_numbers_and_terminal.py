@@ -15,8 +15,8 @@ from contextlib import redirect_stderr
 
 import pytest
 
-from airflow_sqlqueue.cli.terminal import printable, printable_json
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage
+from airflow_sqlqueue.transport.printable import printable, printable_json
 
 from .helpers import count
 

@@ -75,6 +75,7 @@ class PostgresDialect(Dialect):
     def __init__(self, paramstyle: str = "pyformat") -> None:
         super().__init__(paramstyle)
         self._current_delayed: set[str] = set()  # delayed stores known to have the current shape
+        self._text_send_many = self.statements["send_many"].with_text_parameters()
 
     def header_field(self, value: Any) -> Any:
         """``failed_page`` finds header values by pattern: the JSON string text, unescaped here (kept raw when
@@ -285,8 +286,10 @@ class PostgresDialect(Dialect):
             "headers": [r["headers"] for r in rows],
             "bodies": [r["body"] for r in rows],
         }
-        binary = type(cursor).__module__.split(".")[0] == "psycopg"  # psycopg 3 takes %(name)b; psycopg2 does not
-        self.execute(cursor, "send_many_binary" if binary else "send_many", params, **self.identifiers(address))
+        statement = self.statements["send_many"]
+        if type(cursor).__module__.split(".")[0] != "psycopg":  # psycopg 3 takes %(name)b; psycopg2 does not
+            statement = self._text_send_many
+        self.execute_statement(cursor, statement, params, self.identifiers(address))
 
     def seq_list_param(self, seqs: list[int]) -> Any:
         return [int(s) for s in seqs]

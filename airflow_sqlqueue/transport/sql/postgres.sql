@@ -65,25 +65,14 @@ VALUES (
     COALESCE(%(body)s::bytea, ''::bytea))
 
 -- send_many --
--- Insert a batch in one statement and one round trip, in list order.
+-- Insert a batch in one statement and one round trip, in list order. The arrays are bound in binary (psycopg 3:
+-- no hex text for bodies, no parsing of UUIDs by the server); psycopg 2 binds the same text with %(name)s.
 INSERT INTO {queue} (id, expires, headers, body)
 SELECT m.id,
        CASE WHEN m.ttbr_ms IS NULL THEN NULL
             ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
        m.headers,
        COALESCE(m.body, ''::bytea)
-FROM unnest(%(ids)s::uuid[], %(ttbr_ms)s::bigint[], %(headers)s::text[], %(bodies)s::bytea[])
-     WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
-ORDER BY m.ord
-
--- send_many_binary --
--- send_many with its arrays sent in binary (psycopg 3): no hex text for bodies, no parsing of UUIDs by the server.
-INSERT INTO {queue} (id, expires, headers, body)
-SELECT m.id,
-       CASE WHEN m.ttbr_ms IS NULL THEN NULL
-            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
-       m.headers,
-       m.body
 FROM unnest(%(ids)b::uuid[], %(ttbr_ms)b::bigint[], %(headers)b::text[], %(bodies)b::bytea[])
      WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
 ORDER BY m.ord
@@ -155,6 +144,11 @@ SELECT COALESCE(
     (SELECT seq FROM {queue} ORDER BY seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
   - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0),
   set_config('synchronous_commit', 'off', true)
+
+-- sent_position --
+-- The last value the queue's seq sequence handed out (NULL before the first send): how many messages were ever
+-- sent to the queue, whatever was received since. Two readings a minute apart give the send rate.
+SELECT pg_sequence_last_value(pg_get_serial_sequence(%(qualified_name)s, 'seq'))
 
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (not by expires, to avoid deadlocks with receivers).

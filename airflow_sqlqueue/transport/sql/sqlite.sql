@@ -118,6 +118,11 @@ DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
 -- subquery: SQLite's min/max shortcut only applies to a lone min() or max(); together they scan the table.
 SELECT COALESCE((SELECT max(seq) FROM {queue}) - (SELECT min(seq) FROM {queue}) + 1, 0)
 
+-- sent_position --
+-- The highest seq the table ever handed out (AUTOINCREMENT keeps it in sqlite_sequence; no row before the first
+-- send): how many messages were ever sent to the queue. Two readings a minute apart give the send rate.
+SELECT seq FROM sqlite_sequence WHERE name = %(table_name)s
+
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by seq (an Expires that is no date SQLite reads is never expired).
 DELETE FROM {queue}

@@ -1,4 +1,4 @@
-"""Text from rows, as a terminal may show it: control characters written as visible escapes.
+"""Text from rows, as a terminal or a log may show it: control characters written as visible escapes.
 
 Bodies, headers and queue names come from other programs. Printed raw, an ESC starts a terminal control
 sequence (colours, a new window title, hyperlinks, on some terminals reading the screen back), BEL rings, a C1
