@@ -90,9 +90,10 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
 
 
 def throughput_per_minute(samples: list[dict[str, Any]]) -> list[float | None]:
-    """Messages sent per minute up to each sample: the newest position's change since the previous sample that
-    knew it, per minute. None for the first, for a sample without a position (an empty queue), and where the
-    position went back (a SQLite table that emptied reuses its rowids): never negative because a queue drained.
+    """Messages sent per minute up to each sample: the sent position's change since the previous sample that
+    knew it, per minute. None for the first, for a sample without a position (never sent to, not readable, or
+    recorded by an older version), and where the position went back (the table was created again): never
+    negative because a queue drained.
     """
     out: list[float | None] = []
     known: dict[str, Any] | None = None

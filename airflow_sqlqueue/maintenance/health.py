@@ -2,12 +2,11 @@
 
 Recording is off unless the maintenance configuration sets ``record_health_samples``. Then each health run
 appends one row per queue, ``(conn_id, queue_name, sampled_at, depth, oldest_age_seconds, newest_seq)``, to the
-samples
-table (``sqlqueue_health_samples``, created with its indexes if missing; ``newest_seq`` added to a table made
-before it) and deletes rows older than the retention. ``newest_seq`` is the newest position (identity) at the
-sample: its deltas between samples are the messages sent in between (throughput), which a draining queue never
-makes negative, unlike the depth's. The table sits in the queue's own database, or in the one of
-``health_samples_conn_id``.
+samples table (``sqlqueue_health_samples``, created with its indexes if missing; ``newest_seq`` added to a table
+made before it) and deletes rows older than the retention. ``newest_seq`` is the sent position (the last identity
+the database handed out) at the sample: its deltas between samples are the messages sent in between (throughput),
+which receives never lower, so a draining queue never makes it negative, unlike the depth's. The table sits in the
+queue's own database, or in the one of ``health_samples_conn_id``.
 Its SQL is in ``sql/<dialect>.sql`` beside this module; :func:`recent_samples` reads one queue's history.
 """
 
@@ -18,6 +17,7 @@ from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.dialects import Dialect
+from airflow_sqlqueue.transport.errors import QueueNotFoundError
 from airflow_sqlqueue.transport.sqlfile import Statement
 
 from .tables import DialectTable, as_time, statements
@@ -25,14 +25,18 @@ from .tables import DialectTable, as_time, statements
 
 def sample(transport: SqlQueueTransport, queue: str) -> dict[str, Any]:
     """``{"queue", "depth", "oldest_age_seconds", "newest_seq"}`` of one queue (age None when empty or unknown;
-    the age is the oldest message's critical time, from its ``TimeSent``; newest_seq None when empty)."""
+    the age is the oldest message's critical time, from its ``TimeSent``; ``newest_seq`` is the transport's
+    ``sent_position``, the last position ever handed out, None before the first send or when it cannot be read)."""
     depth = transport.peek(queue)
     age = transport.oldest_age(queue) if depth else None
-    table = transport.book.queue(queue)
-    bounds = transport.run(table.bounds, what=f"newest position of {table.name!r}", read_only=True)
+    try:
+        newest = transport.sent_position(queue)
+    except QueueNotFoundError:
+        raise
+    except Exception:  # noqa: BLE001 - e.g. no right to read the sequence: no throughput, still a sample
+        newest = None
     return {"queue": transport.name(queue), "depth": depth,
-            "oldest_age_seconds": None if age is None else round(max(age, 0.0), 3),
-            "newest_seq": None if bounds is None else bounds.last}
+            "oldest_age_seconds": None if age is None else round(max(age, 0.0), 3), "newest_seq": newest}
 
 
 def breaches(measured: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
