@@ -42,6 +42,9 @@ BIN = Path(sys.executable).parent
 PASSWORD = "dashboard-browser-test"
 BASE_PATH = "/airflow"  # the API server behind a path prefix, as behind a reverse proxy
 SHOTS = os.environ.get("SQLQUEUE_DASHBOARD_SCREENSHOTS")
+PROJECT_DAGS = Path(__file__).resolve().parent.parent / "dags"
+#: The API server's environment (the batched-retry task runs with it, as a worker of that deployment would).
+ENV: dict[str, str] = {}
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                                 "(scripts/install-system-packages.sh installs it: apt-get install chromium)")
@@ -92,10 +95,10 @@ def queues_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     try:
         made = api_tests.fill_queues(transport, lambda name: name)
         now = datetime.now(timezone.utc)
-        for minutes, depth in ((60, 0), (50, 2), (40, 5), (30, 4), (20, 6), (10, 3)):
+        for minutes, depth, newest in ((60, 0, None), (50, 2, 1), (40, 5, 2), (30, 4, 2), (20, 6, 3), (10, 3, 3)):
             record_samples(transport, [{"conn_id": "sqlqueue_default", "queue": "orders", "depth": depth,
-                                        "oldest_age_seconds": 30.0}], "sqlqueue_health_samples",
-                           now=now - timedelta(minutes=minutes))
+                                        "oldest_age_seconds": 30.0 + minutes, "newest_seq": newest}],
+                           "sqlqueue_health_samples", now=now - timedelta(minutes=minutes))
         for minutes, depth in ((20, 0), (10, 1)):  # the error queue grew since: 1 then, 3 now
             record_samples(transport, [{"conn_id": "sqlqueue_default", "queue": "error", "depth": depth,
                                         "oldest_age_seconds": 30.0}], "sqlqueue_health_samples",
@@ -128,12 +131,18 @@ def api_server(home: Path, queues_path: Path, config: dict[str, Any]) -> Iterato
            "AIRFLOW__API_AUTH__JWT_SECRET": "sqlqueue-browser-test-" + "y" * 64,
            "AIRFLOW_CONN_SQLQUEUE_DEFAULT": json.dumps({"conn_type": "sqlite", "host": str(queues_path)}),
            "SQLQUEUE_MAINTENANCE_CONFIG": str(home / "sqlqueue.json")}
-    for key in ("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", "AIRFLOW_CONN_SQLQUEUE_DASH", "PYTHONPATH"):
+    for key in ("AIRFLOW__CORE__DAGS_FOLDER_OVERRIDE", "AIRFLOW_CONN_SQLQUEUE_DASH"):
         env.pop(key, None)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # the server runs the code under test
+    env["PYTHONPATH"] = str(PROJECT_DAGS.parent)  # the checkout under test, whatever the editable install points at
+    env["AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY"] = "True"
+    (home / "dags").mkdir()
+    shutil.copy(PROJECT_DAGS / "error_queue_batch_retry.py", home / "dags")  # the DAG the page starts
+    ENV.update(env)
     log = open(home / "api-server.log", "wb")  # noqa: SIM115 - closed below
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=log, stderr=log,
                    timeout=120)
+    subprocess.run([str(BIN / "airflow"), "dags", "reserialize"], env=env, check=True, stdout=log, stderr=log,
+                   timeout=300)
     process = subprocess.Popen([str(BIN / "airflow"), "api-server", "--port", str(port), "--host", "127.0.0.1"],
                                env=env, stdout=log, stderr=log, start_new_session=True, cwd=home)
     try:
@@ -173,7 +182,7 @@ class Browser:
             from websockets.sync.client import connect
 
             self.socket = self.stack.enter_context(
-                connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+                connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=10, ping_interval=None))
         except BaseException:
             stop(self.process)
             raise
@@ -291,8 +300,23 @@ def test_overview_and_depth_history_in_the_airflow_theme(server: str, browser: B
     top, height, focused = browser.js(frame(
         "[doc.getElementById('panel').getBoundingClientRect().top, doc.defaultView.innerHeight, doc.activeElement.id]"))
     assert 0 <= top < height / 2 and focused == "panel-title"  # opened where the user looks, focus moved to it
-    labels = browser.js(frame("[...doc.querySelectorAll('#plot svg > text')].slice(2).map(t => t.textContent)"))
+    labels = browser.js(frame("[...doc.querySelectorAll('#plot svg.depth-chart > text')].slice(2)"
+                              ".map(t => t.textContent)"))
     assert labels and all(re.match(TIME, t) for t in labels), labels
+    # throughput from the newest positions: 1, 2, 2, 3, 3 ten minutes apart -> 0.1, 0, 0.1, 0 sent per minute
+    wait_for("the throughput chart", lambda: browser.js(frame(
+        "!!doc.querySelector('#plot svg.throughput-chart polyline')")), timeout=10)
+    rows = browser.js(frame("[...doc.querySelectorAll('#plot table.history-table tbody tr')]"
+                            ".map(r => [...r.cells].map(c => c.textContent))"))
+    assert [r[2] for r in rows] == ["-", "-", "0.10", "0.00", "0.10", "0.00"], rows
+    assert [r[1] for r in rows] == ["0", "2", "5", "4", "6", "3"] and all(re.match(TIME, r[0]) for r in rows)
+    assert rows[-1][3] == "40 s"  # critical time: the oldest message's age at the sample
+    sent_now = browser.js(frame("doc.querySelector('tr[data-queue=\"orders\"] td.throughput').textContent"))
+    assert sent_now == "0.00"  # nothing sent since the last sample (3 is still the newest position)
+    for selector in ("#plot svg.throughput-chart text", "#plot h3", "#plot table.history-table td"):
+        ratio = browser.js(frame(f"{CONTRAST}(doc.querySelector('{selector}'))"))
+        assert ratio >= 4.5, (theme, selector, ratio)
+    browser.js(frame("doc.querySelector('#plot details.history').open = true"))
     shoot(browser, f"dashboard-history-{theme}.png")
 
 
@@ -370,3 +394,203 @@ def test_return_and_delete_selected_messages(server: str, browser: Browser,
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
         assert [str(r.id) for r in transport.browse("invoices")] == [returned]
         assert [str(r.id) for r in transport.browse("error")] == [str(made["failed"][2].id)]
+
+
+# -- batched retries, cancel, edit and retry (after the tests above: they count the three failed messages) ----------
+def add_failed(path: Path, queue: str, exception: str, bodies: list[str], content_type: str | None = None) -> list[str]:
+    """Failed messages in the error queue, as NServiceBus leaves them; their native Ids."""
+    from airflow_sqlqueue.transport import OutgoingMessage
+    from airflow_sqlqueue.transport import headers as h
+
+    extra = {h.CONTENT_TYPE: content_type} if content_type else {}
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        ids = transport.send_many("error", [OutgoingMessage(body=body, headers={
+            h.FAILED_Q: queue, h.EXCEPTION_TYPE: exception, h.EXCEPTION_MESSAGE: f"{exception} happened",
+            h.TIME_OF_FAILURE: h.format_wire_time(), h.ENCLOSED_MESSAGE_TYPES: "Billing.Bill",
+            h.MESSAGE_ID: f"{exception}-{i}", **extra}) for i, body in enumerate(bodies)])
+    return [str(i) for i in ids]
+
+
+def open_group(browser: Browser, server: str, theme: str, exception: str, count: int) -> None:
+    open_page(browser, server, theme)
+    browser.js(frame("doc.querySelector('button.browse-errors').click()"))
+    wait_for("the groups", lambda: browser.js(frame(
+        f"!!doc.querySelector('button.group[data-key=\"{exception}\"]')")), timeout=30)
+    browser.js(frame(f"doc.querySelector('button.group[data-key=\"{exception}\"]').click()"))
+    wait_for(f"the {exception} group", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) == count,
+             timeout=30)
+
+
+def start_from_form(browser: Browser, batch_size: int, ramp: int | None, rate: float,
+                    redirect: tuple[str, str] | None = None) -> str:
+    """Fill the batched-retry form for the group shown, start it; the new run's id as the page lists it."""
+    before = set(browser.js(frame("[...doc.querySelectorAll('#runs tr.run')].map(r => r.dataset.run)")) or [])
+    browser.js(frame("doc.getElementById('batch').open = true"))
+    assert browser.js(frame("doc.getElementById('scope-group-label').textContent")).startswith("every message with")
+    for field, value in (("batch-size", batch_size), ("ramp-start", ramp), ("rate", rate)):
+        browser.js(frame(f"doc.getElementById('{field}').value = {json.dumps('' if value is None else str(value))}"))
+    if redirect:
+        browser.js(frame("doc.getElementById('add-redirect').click()"))
+        browser.js(frame(f"(() => {{ const [a, b] = doc.querySelectorAll('#redirects select'); "
+                         f"a.value = {json.dumps(redirect[0])}; b.value = {json.dumps(redirect[1])}; }})()"))
+    browser.js(frame("doc.getElementById('batch-start').click()"))
+    return wait_for("the new run in the page", lambda: [r for r in browser.js(frame(
+        "[...doc.querySelectorAll('#runs tr.run')].map(r => r.dataset.run)")) if r not in before] or None,
+        timeout=30)[0]
+
+
+def run_task(run_id: str, log: Path) -> subprocess.Popen:
+    """The run's task, as a worker of the deployment would run it (the same environment and metadata database)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen([str(BIN / "airflow"), "tasks", "test", "sqlqueue_error_queue_batch_retry", "retry",
+                                 run_id], env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=ENV["AIRFLOW_HOME"])
+
+
+def task_ended(browser: Browser, task: subprocess.Popen, log: Path, timeout: float) -> str:
+    """Wait for the task while the page goes on polling (the DevTools events it sends are read meanwhile)."""
+    try:
+        wait_for("the batched-retry task to end", lambda: browser.js("1") and task.poll() is not None,
+                 timeout=timeout)
+    finally:
+        stop(task)
+    return log.read_text(errors="replace")
+
+
+def run_shown(browser: Browser, run_id: str) -> dict[str, str]:
+    return browser.js(frame(f"""(() => {{ const r = doc.querySelector('#runs tr.run[data-run="{run_id}"]');
+      return r && {{state: r.dataset.state, by: r.cells[1].textContent, started: r.cells[2].textContent,
+        batches: r.querySelector('.batches').textContent, returned: r.querySelector('.returned').textContent,
+        left: r.querySelector('.left').textContent, remaining: r.querySelector('.remaining').textContent,
+        cancel: !!r.querySelector('button.cancel-run')}}; }})()"""))
+
+
+def audit_events(server: str, event: str) -> list[dict[str, Any]]:
+    """Airflow's audit log (Browse -> Audit Log) through its REST API."""
+    request = urllib.request.Request(f"{server}/api/v2/eventLogs?event={event}&limit=100",
+                                     headers={"Authorization": f"Bearer {login(server)}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["event_logs"]
+
+
+def test_batched_retry_from_the_page_runs_as_a_task_with_progress_redirect_and_audit(
+        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    path, _ = queues_file
+    made = add_failed(path, "billing", "Throttled", [f'{{"bill": {i}}}' for i in range(12)])
+    open_group(browser, server, "light", "Throttled", 12)
+    run_id = start_from_form(browser, batch_size=5, ramp=2, rate=50, redirect=("billing", "invoices"))
+    assert run_shown(browser, run_id)["state"] == "queued" and run_shown(browser, run_id)["by"] == "admin"
+    task = run_task(run_id, tmp_path / "task.log")
+    output = task_ended(browser, task, tmp_path / "task.log", timeout=300)
+    assert task.returncode == 0 and "new_state=success" in output, output[-3000:]
+    shown = wait_for("the run to show done", lambda: (r := run_shown(browser, run_id)) and r["state"] == "done" and r,
+                     timeout=30)  # the page polls while a run is not finished
+    assert shown["returned"] == "12 to invoices" and shown["batches"] == "4" and shown["remaining"] == "0"
+    assert shown["left"] == "0" and re.match(TIME, shown["started"]) and not shown["cancel"]  # 2 + 4 + 5 + 1
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        back = [str(r.id) for r in transport.browse("invoices", limit=100)]
+        assert all(back.count(i) == 1 for i in made) and not set(made) & {str(r.id) for r in transport.browse("error")}
+    events = audit_events(server, "sqlqueue.batch_retry_started")
+    assert any(run_id in (e.get("extra") or "") and e["owner"] == "admin" for e in events), events
+
+
+def test_cancel_stops_a_running_batched_retry_between_batches(
+        server: str, browser: Browser, queues_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    path, _ = queues_file
+    made = add_failed(path, "billing", "Slow", [f'{{"slow": {i}}}' for i in range(10)])
+    open_group(browser, server, "light", "Slow", 10)
+    run_id = start_from_form(browser, batch_size=1, ramp=None, rate=1)  # one message a second: time to cancel
+    task = run_task(run_id, tmp_path / "task.log")
+    try:
+        wait_for("a batch done", lambda: (r := run_shown(browser, run_id)) and r["state"] == "running"
+                 and int(r["batches"]) >= 1, timeout=120)
+        browser.js(frame(f"doc.querySelector('#runs tr.run[data-run=\"{run_id}\"] button.cancel-run').click()"))
+    finally:
+        output = task_ended(browser, task, tmp_path / "task.log", timeout=120)
+    assert "cancelled from the SQL Queues page" in output and "new_state=failed" in output, output[-3000:]
+    shown = wait_for("the run to show cancelled", lambda: (r := run_shown(browser, run_id)) and
+                     r["state"] == "cancelled" and r, timeout=30)
+    returned = int(shown["batches"])
+    assert 1 <= returned < 10 and shown["returned"] == f"{returned} to billing" and not shown["cancel"]
+    assert shown["remaining"] == str(10 - returned)
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        still = {str(r.id) for r in transport.browse("error", limit=100)} & set(made)
+        back = {str(r.id) for r in transport.browse("billing", limit=100)} & set(made)
+    assert len(still) == 10 - returned and len(back) == returned and not still & back  # nothing half done
+    events = audit_events(server, "sqlqueue.batch_retry_cancelled")
+    assert any(run_id in (e.get("extra") or "") and e["owner"] == "admin" for e in events), events
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_batched_retry_panel_in_both_themes(server: str, browser: Browser, theme: str) -> None:
+    open_page(browser, server, theme)
+    browser.js(frame("doc.querySelector('button.browse-errors').click()"))
+    wait_for("the runs", lambda: browser.js(frame("doc.querySelectorAll('#runs tr.run').length")) >= 1, timeout=30)
+    browser.js(frame("doc.getElementById('batch').open = true"))
+    browser.js(frame("doc.getElementById('add-redirect').click()"))
+    options = browser.js(frame("[...doc.querySelectorAll('#redirects select')[1].options].map(o => o.value)"))
+    assert sorted(options) == ["billing", "invoices", "orders"]  # only the configured queues, never the error queue
+    for selector in ("#runs td", "#batch-form legend", "#runs caption", "tr.state-done td.state",
+                     "tr.state-cancelled td.state", "#batch-form label"):
+        ratio = browser.js(frame(f"{CONTRAST}(doc.querySelector('{selector}'))"))
+        assert ratio >= 4.5, (theme, selector, ratio)
+    browser.js(frame("doc.getElementById('batch').scrollIntoView()"))
+    shoot(browser, f"dashboard-batch-retry-{theme}.png")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_edit_and_retry_in_the_page(server: str, browser: Browser, theme: str,
+                                    queues_file: tuple[Path, dict[str, Any]]) -> None:
+    path, _ = queues_file
+    exception = f"Invalid{theme.title()}"
+    [original] = add_failed(path, "orders", exception, ['{"amount": 1}'], "application/json")
+    open_group(browser, server, theme, exception, 1)
+    browser.js(frame("doc.querySelector('tr.message details').open = true"))
+    browser.js(frame("doc.querySelector('tr.message button.edit-retry').click()"))
+    assert browser.js(frame("doc.getElementById('editor').open")) is True
+    headers = json.loads(browser.js(frame("doc.getElementById('editor-headers').value")))
+    assert headers["NServiceBus.MessageId"] == f"{exception}-0" and "NServiceBus.FailedQ" not in headers
+    for selector in ("#editor-headers", "#editor label", "#editor-note"):
+        ratio = browser.js(frame(f"{CONTRAST}(doc.querySelector('{selector}'))"))
+        assert ratio >= 4.5, (theme, selector, ratio)
+    shoot(browser, f"dashboard-edit-{theme}.png")
+
+    def submit(headers: dict[str, Any], body: str) -> None:
+        browser.js(frame(f"doc.getElementById('editor-headers').value = {json.dumps(json.dumps(headers))}"))
+        browser.js(frame(f"doc.getElementById('editor-body').value = {json.dumps(body)}"))
+        browser.js(frame("doc.getElementById('editor-form').requestSubmit()"))
+
+    error = "doc.getElementById('editor-error')"
+    submit(headers, '{"amount": ')  # a JSON content type: the page says the body is not JSON, sends nothing
+    assert "not valid JSON" in browser.js(frame(f"{error}.textContent"))
+    submit({**headers, "NServiceBus.MessageId": "forged"}, '{"amount": 2}')  # the server's reason, shown
+    wait_for("the server's refusal", lambda: "NServiceBus.MessageId" in browser.js(frame(f"{error}.textContent")),
+             timeout=20)
+    assert browser.js(frame(f"{error}.textContent")).startswith("refused: 400: these headers may not be edited")
+    submit({**headers, "Billing.Note": "fixed by hand"}, '{"amount": 2}')
+    wait_for("the editor to close", lambda: browser.js(frame("doc.getElementById('editor').open")) is False, timeout=20)
+    assert browser.js(frame("doc.getElementById('action-result').textContent")).startswith("sent an edited copy")
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        copies = [r for r in transport.browse("orders", limit=100)
+                  if json.loads(r.headers).get("airflow_sqlqueue.EditOf") == f"{exception}-0"]
+        assert len(copies) == 1 and json.loads(copies[0].body) == {"amount": 2}
+        assert json.loads(copies[0].headers)["Billing.Note"] == "fixed by hand" and str(copies[0].id) != original
+        assert original not in {str(r.id) for r in transport.browse("error", limit=100)}
+
+
+def test_edit_and_retry_is_hidden_when_the_deployment_has_it_off(server: str, browser: Browser) -> None:
+    open_page(browser, server, "light")
+    browser.js(frame("doc.querySelector('button.browse-errors').click()"))
+    wait_for("the failed messages", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) > 0,
+             timeout=30)
+    assert browser.js(frame("doc.querySelectorAll('tr.message button.edit-retry').length")) > 0  # on here
+    # the same page when the server answers as a deployment without [sqlqueue] dashboard_edit_retry would
+    browser.js(frame("""(() => { const w = doc.defaultView, real = w.fetch.bind(w);
+      w.fetch = async (url, options) => { const r = await real(url, options);
+        if (!String(url).includes('/failed?')) return r;
+        const body = await r.json(); body.edit_retry = false;
+        return new w.Response(JSON.stringify(body), {status: r.status, headers: r.headers}); }; })()"""))
+    browser.js(frame("doc.getElementById('refresh').click()"))
+    wait_for("the list without Edit and retry", lambda: browser.js(frame(
+        "doc.querySelectorAll('tr.message').length > 0 && "
+        "doc.querySelectorAll('tr.message button.edit-retry').length === 0")), timeout=30)

@@ -22,7 +22,8 @@ from airflow_sqlqueue.transport import headers as h
 airflow_env.use_project_dags()
 
 MAINTENANCE_DAGS = {"sqlqueue_purge_expired", "sqlqueue_check_schema", "sqlqueue_queue_health",
-                    "sqlqueue_provision_queues", "sqlqueue_error_queue", "sqlqueue_archive_failed"}
+                    "sqlqueue_provision_queues", "sqlqueue_error_queue", "sqlqueue_archive_failed",
+                    "sqlqueue_error_queue_batch_retry"}
 EXAMPLE_DAGS = {"example_sqlqueue_sensor_drain_mapped", "example_sqlqueue_asset_watcher",
                 "example_sqlqueue_drain_with_handler", "example_sqlqueue_send_on_finish"}
 

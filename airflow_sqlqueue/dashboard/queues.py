@@ -3,10 +3,11 @@
 Depth and age come from :func:`airflow_sqlqueue.maintenance.health.sample` (the same cheap ``peek`` estimate the
 queue-health DAG uses); history from the samples that DAG records (:func:`recent_samples`).
 
-Throughput: the samples hold depths only, so what is shown is the **net flow**, the change of depth per minute
-from the latest recorded sample to the depth measured now (between the two latest samples when the latest is
-less than a minute old): positive while a queue grows, negative while it drains. It is not the number of messages
-sent or received: when sends and receives overlap, they cancel out in the depth.
+Throughput: messages **sent** per minute, from the deltas of the newest position (the identity) between samples,
+and from the latest sample to now in the overview; never negative because a queue drained. **Net flow** is the
+change of depth per minute from the latest recorded sample to the depth measured now (between the two latest
+samples when the latest is less than a minute old): positive while a queue grows, negative while it drains; sends
+and receives that overlap cancel out in it. Critical time is the age of the oldest message, from its TimeSent.
 
 The error queue's depth is its exact row count (retries from the middle leave gaps the cheap estimate counts).
 """
@@ -68,23 +69,51 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
         except QueueNotFoundError:
             rows.append({"queue": queue, "exists": False, "depth": None, "oldest_age_seconds": None,
                          "thresholds": thresholds, "breaches": ["queue table does not exist"],
-                         "net_flow_per_minute": None, "is_error_queue": is_error_queue, "depth_exact": False})
+                         "net_flow_per_minute": None, "throughput_per_minute": None,
+                         "is_error_queue": is_error_queue, "depth_exact": False})
             continue
         except Exception as exc:  # noqa: BLE001 - one queue that cannot be measured must not hide the others
             rows.append({"queue": queue, "exists": True, "depth": None, "oldest_age_seconds": None,
                          "thresholds": thresholds, "breaches": [f"could not be measured ({type(exc).__name__})"],
-                         "net_flow_per_minute": None, "is_error_queue": is_error_queue, "depth_exact": False})
+                         "net_flow_per_minute": None, "throughput_per_minute": None,
+                         "is_error_queue": is_error_queue, "depth_exact": False})
             continue
         history = queue_history(config, conn.conn_id, queue, samples_transport)
         live = {"sampled_at": datetime.now(timezone.utc), "depth": measured["depth"]}
+        live_seq = {**live, "newest_seq": measured.get("newest_seq")}
         rows.append({**measured, "exists": True, "thresholds": thresholds,
                      "breaches": breaches(measured, thresholds),
                      "net_flow_per_minute": net_flow_per_minute(history, live),
+                     "throughput_per_minute": throughput_per_minute([*history[-1:], live_seq])[-1],
                      "is_error_queue": is_error_queue, "depth_exact": is_error_queue})
     return rows
 
 
+def throughput_per_minute(samples: list[dict[str, Any]]) -> list[float | None]:
+    """Messages sent per minute up to each sample: the sent position's change since the previous sample that
+    knew it, per minute. None for the first, for a sample without a position (never sent to, not readable, or
+    recorded by an older version), and where the position went back (the table was created again): never
+    negative because a queue drained.
+    """
+    out: list[float | None] = []
+    known: dict[str, Any] | None = None
+    for point in samples:
+        value = None
+        if point.get("newest_seq") is not None:
+            if known is not None:
+                minutes = (point["sampled_at"] - known["sampled_at"]).total_seconds() / 60
+                delta = point["newest_seq"] - known["newest_seq"]
+                if minutes > 0 and delta >= 0:
+                    value = round(delta / minutes, 2)
+            known = point
+        out.append(value)
+    return out
+
+
 def history_points(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Samples as JSON-ready points."""
+    """Samples as JSON-ready points, with the throughput (messages sent per minute) up to each one and the
+    critical time (age of the oldest message, from its TimeSent)."""
+    throughput = throughput_per_minute(samples)
     return [{"sampled_at": s["sampled_at"].isoformat(), "depth": s["depth"],
-             "oldest_age_seconds": s["oldest_age_seconds"]} for s in samples]
+             "oldest_age_seconds": s["oldest_age_seconds"], "newest_seq": s.get("newest_seq"),
+             "throughput_per_minute": t} for s, t in zip(samples, throughput, strict=True)]

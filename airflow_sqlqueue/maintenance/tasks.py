@@ -205,12 +205,7 @@ def sample_queue(target: dict[str, Any]) -> dict[str, Any]:
     with transport_for(target["conn_id"]) as transport:
         measured = health.sample(transport, target["queue"])
         sampled_at = time.time()
-        try:
-            sent_position = transport.sent_position(target["queue"])
-        except Exception as exc:  # noqa: BLE001 - e.g. no right to read the sequence: no throughput, still a sample
-            log.warning("%s on %s: sent position not read (no throughput): %s", measured["queue"], target["conn_id"],
-                        exc)
-            sent_position = None
+        sent_position = measured["newest_seq"]  # read once by health.sample: the samples table and the gauge
         error_queue = target.get("error_queue")
         if error_queue and transport.name(error_queue) == measured["queue"]:
             metrics.gauge("error_queue_size", target["conn_id"], measured["queue"], transport.count(error_queue))

@@ -15,6 +15,11 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
 | ``POST /api/connections/{conn_id}/failed/delete`` ``{"messages": [{"seq", "id"}]}``: delete | edit |
 | ``POST /api/connections/{conn_id}/failed/edit-retry`` ``{"seq", "id", "headers", "body"}``: send an edited copy
   (only with ``[sqlqueue] dashboard_edit_retry = True``) | edit |
+| ``GET /api/connections/{conn_id}/batch-retries``: the queues a retry may write to, and the recent batched
+  retries with their progress (batches done, returned, left, state) | read |
+| ``POST /api/connections/{conn_id}/batch-retries`` ``{"positions" or the group filter, "batch_size",
+  "ramp_start", "rate_per_second", "max_messages", "redirects"}``: start a run of the batched-retry DAG | edit |
+| ``POST /api/connections/{conn_id}/batch-retries/cancel`` ``{"run_id"}``: stop a run before its next batch | edit |
 
 The error archive's routes are in :mod:`.archive_api`.
 
@@ -33,7 +38,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel, Field
 
 from airflow_sqlqueue.dashboard import audit as audit_log
-from airflow_sqlqueue.dashboard import failed, queues, sources
+from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
 from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
 from airflow_sqlqueue.transport.connect import DatabaseConnectionError
 from airflow_sqlqueue.transport.error_browser import (
@@ -44,6 +49,7 @@ from airflow_sqlqueue.transport.error_browser import (
     edit_and_retry,
 )
 from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
+from airflow_sqlqueue.transport.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_edit
@@ -69,6 +75,26 @@ class Edit(BaseModel):
     id: str = Field(min_length=1, max_length=100)
     headers: dict[str, str | None] | None = None
     body: str | None = Field(default=None, max_length=10_000_000)
+
+
+class BatchRetryRequest(BaseModel):
+    """A batched retry as the page asks for it: positions or a group filter, the plan, redirects (values only)."""
+
+    positions: list[Chosen] = Field(default_factory=list, max_length=MAX_SELECTED)
+    failed_q: str | None = Field(default=None, max_length=500)
+    exception_type: str | None = Field(default=None, max_length=500)
+    message_type: str | None = Field(default=None, max_length=500)
+    batch_size: int = 500
+    ramp_start: int | None = None
+    rate_per_second: float | None = None
+    max_messages: int | None = None
+    redirects: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+
+class RunChoice(BaseModel):
+    """One batched-retry run, by its DAG run id."""
+
+    run_id: str = Field(min_length=1, max_length=250)
 
 
 class Selection(BaseModel):
@@ -207,7 +233,8 @@ def create_app() -> FastAPI:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
+                return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "edit_retry": _edit_retry_on(),
+                        "failure_headers": list(FAILURE_HEADERS),
                         **failed.failed_messages(transport, conn.error_queue, after_seq=after, limit=limit,
                                                  where=where)}
 
@@ -233,9 +260,7 @@ def create_app() -> FastAPI:
 
     @app.post("/api/connections/{conn_id}/failed/edit-retry")
     def edit_retry(conn_id: str, edit: Edit, user: EditorDep) -> dict[str, Any]:
-        from airflow.configuration import conf
-
-        if not conf.getboolean("sqlqueue", "dashboard_edit_retry", fallback=False):
+        if not _edit_retry_on():
             raise HTTPException(status.HTTP_403_FORBIDDEN, "edit and retry is off in this deployment; an "
                                 "administrator turns it on with [sqlqueue] dashboard_edit_retry = True")
 
@@ -251,6 +276,63 @@ def create_app() -> FastAPI:
                 "conn_id": conn_id, "error_queue": error_queue, "message": {"seq": edit.seq, "id": edit.id},
                 "headers_edited": edit.headers is not None, "body_edited": edit.body is not None, "result": result})
             return {"conn_id": conn_id, "error_queue": error_queue, **result}
+
+        return _guard(conn_id, work)
+
+    def _edit_retry_on() -> bool:
+        from airflow.configuration import conf
+
+        return conf.getboolean("sqlqueue", "dashboard_edit_retry", fallback=False)
+
+    @app.get("/api/connections/{conn_id}/batch-retries")
+    def batch_retry_runs(conn_id: str, user: ReaderDep) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            config = sources.dashboard_config()
+            conn = sources.configured_connection(config, conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                targets = batch_retries.retry_targets(conn, transport)
+            with sources.open_transport(config.samples_conn_id(conn_id)) as store:
+                runs = batch_retries.runs(config, conn_id, store)
+            return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "edit_retry": _edit_retry_on(),
+                    **targets, "runs": runs}
+
+        return _guard(conn_id, work)
+
+    @app.post("/api/connections/{conn_id}/batch-retries")
+    def start_batch_retry(conn_id: str, request: BatchRetryRequest, user: EditorDep) -> dict[str, Any]:
+        from airflow.exceptions import DagNotFound
+
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                try:
+                    run_id = batch_retries.start(conn, transport, request.model_dump(), user.get_name())
+                except DagNotFound:
+                    raise HTTPException(status.HTTP_404_NOT_FOUND, (
+                        f"the DAG {batch_retries.DAG_ID!r} is not deployed: copy dags/error_queue_batch_retry.py "
+                        "of the provider into the DAGs folder")) from None
+            audit_log.audit("sqlqueue.batch_retry_started", user.get_name(), {
+                "conn_id": conn_id, "run_id": run_id,
+                "request": {**request.model_dump(exclude={"positions"}), "positions": len(request.positions)}})
+            return {"conn_id": conn_id, "run_id": run_id}
+
+        return _guard(conn_id, work)
+
+    @app.post("/api/connections/{conn_id}/batch-retries/cancel")
+    def cancel_batch_retry(conn_id: str, choice: RunChoice, user: EditorDep) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            config = sources.dashboard_config()
+            conn = sources.configured_connection(config, conn_id)
+            with sources.open_transport(config.samples_conn_id(conn_id)) as store:
+                try:
+                    result = batch_retries.cancel(config, conn_id, conn.error_queue, store, choice.run_id,
+                                                  user.get_name())
+                except batch_retries.RunNotFoundError as exc:
+                    raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+                except batch_retries.RunFinishedError as exc:
+                    raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+            audit_log.audit("sqlqueue.batch_retry_cancelled", user.get_name(), {"conn_id": conn_id, **result})
+            return {"conn_id": conn_id, **result}
 
         return _guard(conn_id, work)
 

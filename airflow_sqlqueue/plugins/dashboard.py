@@ -34,7 +34,8 @@ class LazyApp:
 
 
 class SqlQueueDashboardPlugin(AirflowPlugin):
-    """Adds "SQL Queues" (depth, age, net flow, depth history, error-queue browser) to the Airflow UI."""
+    """Adds "SQL Queues" (depth, critical time, throughput, net flow, history, error-queue browser with batched
+    retries and edit and retry) to the Airflow UI."""
 
     name = "sqlqueue_dashboard"
     fastapi_apps = [{"app": LazyApp(), "url_prefix": URL_PREFIX, "name": "SQL Queues"}]

@@ -1,6 +1,7 @@
 """Retry failed messages in controlled batches: a batch size, a ramp, a rate limit, redirects, and a way to stop.
 
-Each batch is one page of positions (``failed_page``, previews of one byte: positions only) and one transaction
+Each batch is one page of positions (``failed_page``, previews of one byte: positions only; or the next slice of a
+selection of positions the caller chose, oldest first) and one transaction
 that returns what it can (``retry_batch``): a message that cannot go back stays, with its reason, and the walk goes
 on past it, so every message is looked at once. The rate limit holds at every batch boundary: batch *k* ends no
 sooner than ``(messages in batches 1..k) / rate`` seconds after the run started (``BatchSummary.started_at``), so
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,10 +119,15 @@ def retry_in_batches(transport: SqlQueueTransport, error_queue: str | QueueAddre
                      allowed: Callable[[QueueAddress], bool], redirects: Mapping[str, str] | None = None,
                      where: FailedFilter | None = None, on_batch: Callable[[BatchRecord], None] | None = None,
                      should_stop: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.time,
-                     sleep: Callable[[float], None] = time.sleep) -> BatchSummary:
+                     sleep: Callable[[float], None] = time.sleep,
+                     positions: Sequence[Position] | None = None) -> BatchSummary:
     """Walk the error queue oldest first in batches as ``plan`` says; return each message to its (redirected)
-    FailedQ when ``allowed``; see the module docstring for the rate limit and cancellation."""
+    FailedQ when ``allowed``; see the module docstring for the rate limit and cancellation.
+
+    ``positions``: only these messages (``where`` is then ignored); one no longer there is left with the reason.
+    """
     redirect = redirector(transport, redirects or {})
+    chosen = sorted(dict.fromkeys(positions), key=lambda p: p.seq) if positions is not None else None
     summary = BatchSummary(started_at=clock())
     after = 0
     counted = 0
@@ -133,8 +139,11 @@ def retry_in_batches(transport: SqlQueueTransport, error_queue: str | QueueAddre
         if should_stop():
             summary.cancelled = True
             break
-        page = failed_page(transport, error_queue, after_seq=after, limit=size, where=where, headers_chars=1,
-                           body_bytes=1)
+        if chosen is not None:
+            page: list[Any] = chosen[counted:counted + size]
+        else:
+            page = failed_page(transport, error_queue, after_seq=after, limit=size, where=where, headers_chars=1,
+                               body_bytes=1)
         if not page:
             break
         if plan.rate_per_second is not None:

@@ -11,8 +11,18 @@ IF OBJECT_ID(%(samples_name)s, 'U') IS NULL
         queue_name nvarchar(450) NOT NULL,
         sampled_at datetime2 NOT NULL,
         depth bigint NOT NULL,
-        oldest_age_seconds float NULL
+        oldest_age_seconds float NULL,
+        newest_seq bigint NULL
     )
+
+-- health_samples_newest_seq_missing --
+-- Whether a table made before newest_seq existed lacks it.
+SELECT CASE WHEN COL_LENGTH(%(samples_name)s, 'newest_seq') IS NULL THEN 1 ELSE 0 END
+
+-- add_health_samples_newest_seq --
+-- newest_seq (the newest position at the sample: throughput from its deltas) on a table made before it existed.
+IF COL_LENGTH(%(samples_name)s, 'newest_seq') IS NULL
+    ALTER TABLE {samples} ADD newest_seq bigint NULL
 
 -- create_health_samples_queue_index --
 -- Serves "the last N hours of queue Q on connection C" (the depth-over-time plot).
@@ -26,8 +36,8 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(%(samples_n
 
 -- insert_health_sample --
 -- One sample.
-INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds)
-VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s)
+INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds, newest_seq)
+VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s, %(newest_seq)s)
 
 -- delete_old_health_samples --
 -- Retention: drop samples taken before %(before)s.
@@ -35,7 +45,7 @@ DELETE FROM {samples} WHERE sampled_at < %(before)s
 
 -- recent_health_samples --
 -- The samples of one queue since %(since)s, oldest first.
-SELECT sampled_at, depth, oldest_age_seconds
+SELECT sampled_at, depth, oldest_age_seconds, newest_seq
 FROM {samples}
 WHERE conn_id = %(conn_id)s AND queue_name = %(queue_name)s AND sampled_at >= %(since)s
 ORDER BY sampled_at

@@ -9,8 +9,17 @@ CREATE TABLE IF NOT EXISTS {samples} (
     queue_name text NOT NULL,
     sampled_at timestamptz NOT NULL,
     depth bigint NOT NULL,
-    oldest_age_seconds double precision NULL
+    oldest_age_seconds double precision NULL,
+    newest_seq bigint NULL
 )
+
+-- health_samples_newest_seq_missing --
+-- Whether a table made before newest_seq existed lacks it (here the ADD below is idempotent: always "yes").
+SELECT 1
+
+-- add_health_samples_newest_seq --
+-- newest_seq (the newest position at the sample: throughput from its deltas) on a table made before it existed.
+ALTER TABLE {samples} ADD COLUMN IF NOT EXISTS newest_seq bigint NULL
 
 -- create_health_samples_queue_index --
 -- Serves "the last N hours of queue Q on connection C" (the depth-over-time plot).
@@ -22,8 +31,8 @@ CREATE INDEX IF NOT EXISTS {time_index} ON {samples} (sampled_at)
 
 -- insert_health_sample --
 -- One sample.
-INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds)
-VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s)
+INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds, newest_seq)
+VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s, %(newest_seq)s)
 
 -- delete_old_health_samples --
 -- Retention: drop samples taken before %(before)s.
@@ -31,7 +40,7 @@ DELETE FROM {samples} WHERE sampled_at < %(before)s
 
 -- recent_health_samples --
 -- The samples of one queue since %(since)s, oldest first.
-SELECT sampled_at, depth, oldest_age_seconds
+SELECT sampled_at, depth, oldest_age_seconds, newest_seq
 FROM {samples}
 WHERE conn_id = %(conn_id)s AND queue_name = %(queue_name)s AND sampled_at >= %(since)s
 ORDER BY sampled_at

@@ -10,8 +10,17 @@ CREATE TABLE IF NOT EXISTS {samples} (
     queue_name TEXT NOT NULL,
     sampled_at TEXT NOT NULL,
     depth INTEGER NOT NULL,
-    oldest_age_seconds REAL NULL
+    oldest_age_seconds REAL NULL,
+    newest_seq INTEGER NULL
 )
+
+-- health_samples_newest_seq_missing --
+-- Whether a table made before newest_seq existed lacks it (SQLite has no ADD COLUMN IF NOT EXISTS).
+SELECT count(*) = 0 FROM pragma_table_info(%(samples_table)s) WHERE name = 'newest_seq'
+
+-- add_health_samples_newest_seq --
+-- newest_seq (the newest position at the sample: throughput from its deltas) on a table made before it existed.
+ALTER TABLE {samples} ADD COLUMN newest_seq INTEGER NULL
 
 -- create_health_samples_queue_index --
 -- Serves "the last N hours of queue Q on connection C" (the depth-over-time plot).
@@ -23,8 +32,8 @@ CREATE INDEX IF NOT EXISTS {time_index} ON {samples} (sampled_at)
 
 -- insert_health_sample --
 -- One sample.
-INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds)
-VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s)
+INSERT INTO {samples} (conn_id, queue_name, sampled_at, depth, oldest_age_seconds, newest_seq)
+VALUES (%(conn_id)s, %(queue_name)s, %(sampled_at)s, %(depth)s, %(oldest_age_seconds)s, %(newest_seq)s)
 
 -- delete_old_health_samples --
 -- Retention: drop samples taken before %(before)s.
@@ -32,7 +41,7 @@ DELETE FROM {samples} WHERE sampled_at < %(before)s
 
 -- recent_health_samples --
 -- The samples of one queue since %(since)s, oldest first.
-SELECT sampled_at, depth, oldest_age_seconds
+SELECT sampled_at, depth, oldest_age_seconds, newest_seq
 FROM {samples}
 WHERE conn_id = %(conn_id)s AND queue_name = %(queue_name)s AND sampled_at >= %(since)s
 ORDER BY sampled_at

@@ -7,7 +7,8 @@
 const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
 const PAGE_SIZE = 50;
 const state = { conn: null, canEdit: false, selected: new Map(), groupBy: "exception_type", filter: {},
-  search: "", cursors: [0], page: 0, next: null };
+  search: "", cursors: [0], page: 0, next: null, editRetry: false, messages: new Map(), runsTimer: null,
+  retryQueues: [], failureHeaders: [] };
 
 // -- theme: follow the Airflow UI around the iframe, else ?theme=, else the system setting -----------------------
 function parentRoot() {
@@ -93,6 +94,11 @@ function formatFlow(flow) {
   return (flow > 0 ? "+" : "") + flow.toFixed(2);
 }
 
+function formatRate(rate) {
+  if (rate === null || rate === undefined) return "-";
+  return rate.toFixed(2);
+}
+
 function formatThresholds(t) {
   const parts = [];
   if (t.max_depth !== undefined && t.max_depth !== null) parts.push(`depth ≤ ${t.max_depth}`);
@@ -114,6 +120,7 @@ function openPanel(kind, title) {
 
 function closePanel() {
   document.getElementById("panel").hidden = true;
+  clearTimeout(state.runsTimer);
   state.conn = null;
   document.getElementById("connections").focus();
 }
@@ -121,7 +128,8 @@ function closePanel() {
 // -- overview ---------------------------------------------------------------------------------------------------
 function queueTable(conn) {
   const head = el("tr", {}, el("th", { scope: "col" }, "queue"), el("th", { scope: "col", class: "num" }, "depth"),
-    el("th", { scope: "col", class: "num" }, "oldest message"), el("th", { scope: "col", class: "num" }, "net flow /min"),
+    el("th", { scope: "col", class: "num" }, "critical time (oldest)"),
+    el("th", { scope: "col", class: "num" }, "sent /min"), el("th", { scope: "col", class: "num" }, "net flow /min"),
     el("th", { scope: "col" }, "thresholds"), el("th", { scope: "col" }, "over threshold"));
   const rows = conn.queues.map((q) => {
     const name = el("button", { class: "btn link", type: "button", title: `depth of ${q.queue} over time`,
@@ -133,6 +141,7 @@ function queueTable(conn) {
       el("td", { class: "num depth", title: q.depth_exact ? "exact count" : "estimate" },
         q.depth === null ? "-" : q.depth),
       el("td", { class: "num age" }, formatAge(q.oldest_age_seconds)),
+      el("td", { class: "num throughput" }, formatRate(q.throughput_per_minute)),
       el("td", { class: "num flow" }, formatFlow(q.net_flow_per_minute)),
       el("td", {}, formatThresholds(q.thresholds)),
       el("td", { class: "breaches" }, q.breaches.join("; ")));
@@ -167,45 +176,67 @@ function svg(tag, attrs = {}, text = null) {
   return node;
 }
 
-function plot(samples, maxDepth) {
-  const width = 900, height = 240, left = 60, right = 10, top = 10, bottom = 30;
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "depth over time" });
-  if (!samples.length) {
-    chart.append(svg("text", { x: left, y: height / 2 }, "no samples recorded in this period"));
+function lineChart(samples, value, options) {
+  const width = 900, height = 200, left = 60, right = 10, top = 10, bottom = 30;
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", class: options.kind,
+    "aria-label": `${options.title}; the same figures are in the table below` });
+  chart.append(svg("title", {}, options.title));
+  const points = samples.map((s) => [Date.parse(s.sampled_at), value(s)]).filter(([, v]) => v !== null && v !== undefined);
+  if (!points.length) {
+    chart.append(svg("text", { x: left, y: height / 2 }, options.empty));
     return chart;
   }
   const times = samples.map((s) => Date.parse(s.sampled_at));
   const t0 = Math.min(...times), t1 = Math.max(...times);
-  const yMax = Math.max(1, ...samples.map((s) => s.depth), maxDepth || 0);
+  const yMax = Math.max(1, ...points.map(([, v]) => v), options.limit || 0);
   const x = (t) => left + (t1 === t0 ? (width - left - right) / 2 : (t - t0) / (t1 - t0) * (width - left - right));
   const y = (d) => top + (1 - d / yMax) * (height - top - bottom);
   chart.append(svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom }),
     svg("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }),
-    svg("text", { x: 4, y: top + 10 }, String(yMax)), svg("text", { x: 4, y: height - bottom }, "0"),
+    svg("text", { x: 4, y: top + 10 }, String(Math.round(yMax * 100) / 100)), svg("text", { x: 4, y: height - bottom }, "0"),
     svg("text", { x: left, y: height - 8 }, formatTime(new Date(t0))),
     svg("text", { x: width - right, y: height - 8, "text-anchor": "end" }, formatTime(new Date(t1))));
-  if (maxDepth !== undefined && maxDepth !== null) {
-    chart.append(svg("line", { class: "limit", x1: left, y1: y(maxDepth), x2: width - right, y2: y(maxDepth) }));
+  if (options.limit !== undefined && options.limit !== null) {
+    chart.append(svg("line", { class: "limit", x1: left, y1: y(options.limit), x2: width - right, y2: y(options.limit) }));
   }
-  const points = samples.map((s, i) => `${x(times[i]).toFixed(1)},${y(s.depth).toFixed(1)}`).join(" ");
-  chart.append(svg("polyline", { class: "depth", points }));
-  for (const [i, s] of samples.entries()) {
-    const dot = svg("circle", { cx: x(times[i]).toFixed(1), cy: y(s.depth).toFixed(1), r: 2.5, fill: "currentColor" });
-    dot.append(svg("title", {}, `${formatTime(s.sampled_at)}: ${s.depth}`));
+  chart.append(svg("polyline", { class: "series", points: points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ") }));
+  for (const [t, v] of points) {
+    const dot = svg("circle", { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2.5, class: "dot" });
+    dot.append(svg("title", {}, `${formatTime(new Date(t))}: ${v}`));
     chart.append(dot);
   }
   return chart;
 }
 
+function plot(samples, maxDepth) {
+  return lineChart(samples, (s) => s.depth, { kind: "depth-chart", title: "depth over time", limit: maxDepth,
+    empty: "no samples recorded in this period" });
+}
+
+function historyTable(samples) {
+  return el("table", { class: "grid history-table" },
+    el("caption", {}, "Samples: depth, messages sent per minute since the previous sample, critical time"),
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "sampled at"), el("th", { scope: "col", class: "num" }, "depth"),
+      el("th", { scope: "col", class: "num" }, "sent /min"), el("th", { scope: "col", class: "num" }, "critical time (oldest)"))),
+    el("tbody", {}, ...samples.map((s) => el("tr", {}, el("td", {}, formatTime(s.sampled_at)),
+      el("td", { class: "num" }, s.depth), el("td", { class: "num" }, formatRate(s.throughput_per_minute)),
+      el("td", { class: "num" }, formatAge(s.oldest_age_seconds))))));
+}
+
 async function showHistory(connId, queue, thresholds) {
-  openPanel("detail", `Depth of ${queue} on ${connId}, last 24 h`);
+  openPanel("detail", `Depth and throughput of ${queue} on ${connId}, last 24 h`);
   const target = document.getElementById("plot");
   target.replaceChildren("loading…");
   try {
     const data = await api(`connections/${encodeURIComponent(connId)}/history?queue=${encodeURIComponent(queue)}`);
-    target.replaceChildren(plot(data.samples, thresholds.max_depth),
+    target.replaceChildren(
+      el("h3", {}, "Depth"), plot(data.samples, thresholds.max_depth),
+      el("h3", {}, "Throughput (messages sent per minute)"),
+      lineChart(data.samples, (s) => s.throughput_per_minute, { kind: "throughput-chart",
+        title: "messages sent per minute over time", empty: "no throughput yet (it needs two samples of a non-empty queue)" }),
       el("p", {}, `${data.samples.length} samples; net flow ${formatFlow(data.net_flow_per_minute)} per minute ` +
-        "between the two latest samples"));
+        "between the two latest samples"),
+      el("details", { class: "more history" }, el("summary", {}, "The samples as a table"), historyTable(data.samples)));
   } catch (e) {
     target.replaceChildren(el("p", { class: "error" }, e.message));
   }
@@ -220,6 +251,13 @@ function updateButtons() {
     button.title = state.canEdit ? (none ? "select messages first" : "") : "needs edit permission on this connection";
   }
   document.getElementById("selection-count").textContent = none ? "" : `${state.selected.size} selected`;
+  document.getElementById("scope-count").textContent = String(state.selected.size);
+  const selection = document.getElementById("scope-selection");
+  selection.disabled = none;
+  if (none && selection.checked) document.querySelector("#batch-form input[value=group]").checked = true;
+  const start = document.getElementById("batch-start");
+  start.disabled = !state.canEdit;
+  start.title = state.canEdit ? "" : "needs edit permission on this connection";
   const boxes = [...document.querySelectorAll("#messages tbody input[type=checkbox]")];
   const all = document.getElementById("select-page");
   all.checked = boxes.length > 0 && boxes.every((b) => b.checked);
@@ -254,11 +292,14 @@ function messageRow(message) {
     updateButtons();
   });
   const bad = message.bad.length ? el("span", { class: "badge", title: message.bad.join("; ") }, "bad") : null;
+  state.messages.set(key, message);
+  const edit = state.editRetry && state.canEdit ? el("button", { type: "button", class: "btn edit-retry",
+    onclick: () => openEditor(message) }, "Edit and retry") : null;
   const details = el("details", { class: "more" }, el("summary", {}, message.exception_message
       ? (message.exception_message.length > 120 ? message.exception_message.slice(0, 120) + "…" : message.exception_message)
       : "headers and body"),
     message.bad.length ? el("ul", { class: "bad-reasons" }, ...message.bad.map((r) => el("li", {}, r))) : null,
-    el("div", {}, el("strong", {}, "Id "), message.id),
+    el("div", {}, el("strong", {}, "Id "), message.id, edit ? " " : null, edit),
     message.stack_trace ? el("div", {}, el("strong", {}, "Stack trace"), el("pre", { class: "stack" }, message.stack_trace)) : null,
     el("div", {}, el("strong", {}, "Headers" + (message.headers_truncated ? " (preview)" : "")), headersView(message)),
     el("div", {}, el("strong", {}, `Body (${message.body_length} bytes${message.body_binary ? ", binary, shown as hex" : ""}` +
@@ -305,7 +346,10 @@ async function loadPage() {
   try {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/failed?${params}`);
     state.canEdit = data.can_edit;
+    state.editRetry = Boolean(data.edit_retry);
+    state.failureHeaders = data.failure_headers || [];
     state.next = data.next_after;
+    state.messages.clear();
     body.replaceChildren(...data.messages.map(messageRow));
     const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
     if (state.search) filters.push(`headers containing "${state.search}"`);
@@ -326,6 +370,9 @@ async function loadPage() {
 async function restart() {
   state.cursors = [0];
   state.page = 0;
+  const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+  document.getElementById("scope-group-label").textContent = filters.length
+    ? `every message with ${filters.join(", ")}` : "every message in the error queue";
   await loadGroups();
   await loadPage();
 }
@@ -340,7 +387,9 @@ async function showErrors(connId) {
   state.conn = connId;
   openPanel("errors", `Failed messages of ${connId}`);
   document.getElementById("action-result").textContent = "";
-  await restart();
+  document.getElementById("batch-result").textContent = "";
+  document.getElementById("redirects").replaceChildren();
+  await Promise.all([restart(), loadRuns()]);
 }
 
 async function act(action) {
@@ -364,11 +413,187 @@ async function act(action) {
   await Promise.all([loadGroups().then(loadPage), loadOverview()]);
 }
 
+// -- edit and retry (only when the deployment turned it on and the user may edit) --------------------------------
+function openEditor(message) {
+  const dialog = document.getElementById("editor");
+  const headersBox = document.getElementById("editor-headers");
+  const bodyBox = document.getElementById("editor-body");
+  const note = document.getElementById("editor-note");
+  const error = document.getElementById("editor-error");
+  error.hidden = true;
+  error.textContent = "";
+  state.editing = message;
+  const kept = {};
+  for (const [key, value] of Object.entries(message.headers || {})) {
+    if (!state.failureHeaders.includes(key)) kept[key] = value;
+  }
+  headersBox.value = JSON.stringify(kept, null, 2);
+  headersBox.disabled = !message.headers;
+  const bodyEditable = !message.body_binary && !message.body_truncated;
+  bodyBox.value = bodyEditable ? message.body_preview : "";
+  bodyBox.disabled = !bodyEditable;
+  note.textContent = `Message ${message.id} (position ${message.seq}). The edited copy gets a new Id and the header ` +
+    "airflow_sqlqueue.EditOf naming this one, goes to the queue it failed in, and this one is deleted. " +
+    "Identity, routing and failure headers are protected: the server refuses a change to them." +
+    (message.headers ? "" : " The headers are too large to edit here; they are kept.") +
+    (bodyEditable ? "" : " The body is binary or too large to edit here; it is kept as it is.");
+  dialog.showModal();
+  headersBox.focus();
+}
+
+function editorValues() {
+  const message = state.editing;
+  const headersBox = document.getElementById("editor-headers");
+  const bodyBox = document.getElementById("editor-body");
+  let headers = null;
+  if (!headersBox.disabled) {
+    try { headers = JSON.parse(headersBox.value); } catch (e) { throw new Error(`the headers are not valid JSON: ${e.message}`); }
+    if (!headers || typeof headers !== "object" || Array.isArray(headers) ||
+        Object.values(headers).some((v) => v !== null && typeof v !== "string")) {
+      throw new Error("the headers must be a JSON object of names to text values (or null)");
+    }
+  }
+  const body = bodyBox.disabled ? null : bodyBox.value;
+  const type = String((headers || message.headers || {})["NServiceBus.ContentType"] || "");
+  if (body !== null && type.toLowerCase().includes("json")) {
+    try { JSON.parse(body); } catch (e) { throw new Error(`the content type is ${type}, but the body is not valid JSON: ${e.message}`); }
+  }
+  return { seq: message.seq, id: message.id, headers, body };
+}
+
+async function sendEdit(event) {
+  event.preventDefault();
+  const error = document.getElementById("editor-error");
+  error.hidden = true;
+  let values;
+  try { values = editorValues(); } catch (e) { error.textContent = e.message; error.hidden = false; return; }
+  try {
+    const data = await api(`connections/${encodeURIComponent(state.conn)}/failed/edit-retry`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(values) });
+    document.getElementById("editor").close();
+    const result = document.getElementById("action-result");
+    result.className = "";
+    result.textContent = `sent an edited copy ${data.id} of ${data.edit_of} to ${data.queue}`;
+    state.selected.delete(`${values.seq}/${values.id}`);
+    await Promise.all([loadGroups().then(loadPage), loadOverview()]);
+  } catch (e) {
+    error.textContent = `refused: ${e.message}`;  // the server's reason, nothing was changed
+    error.hidden = false;
+  }
+}
+
+// -- batched retries: a DAG run each, with progress read back from its progress rows ----------------------------
+function queueSelect(label, queues, value) {
+  return el("select", { "aria-label": label }, ...queues.map((q) => {
+    const option = el("option", { value: q }, q);
+    option.selected = q === value;
+    return option;
+  }));
+}
+
+function addRedirect() {
+  const queues = state.retryQueues;
+  if (!queues.length) return;
+  const row = el("div", { class: "redirect toolbar" }, queueSelect("retries for this queue", queues, queues[0]), " → ",
+    queueSelect("go to this queue", queues, queues[Math.min(1, queues.length - 1)]),
+    el("button", { type: "button", class: "btn ghost", "aria-label": "remove this redirect",
+      onclick: () => row.remove() }, "Remove"));
+  document.getElementById("redirects").append(row);
+  row.querySelector("select").focus();
+}
+
+function numberOf(id) {
+  const text = document.getElementById(id).value.trim();
+  return text === "" ? null : Number(text);
+}
+
+async function startBatchRetry(event) {
+  event.preventDefault();
+  const result = document.getElementById("batch-result");
+  const scope = document.querySelector("#batch-form input[name=scope]:checked").value;
+  const request = { batch_size: numberOf("batch-size"), ramp_start: numberOf("ramp-start"),
+    rate_per_second: numberOf("rate"), max_messages: numberOf("max-messages"), redirects: {} };
+  for (const row of document.querySelectorAll("#redirects .redirect")) {
+    const [from, to] = row.querySelectorAll("select");
+    request.redirects[from.value] = to.value;
+  }
+  if (scope === "selection") request.positions = [...state.selected.values()];
+  else Object.assign(request, state.filter);
+  try {
+    const data = await api(`connections/${encodeURIComponent(state.conn)}/batch-retries`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request) });
+    result.className = "";
+    result.textContent = `started ${data.run_id}`;
+  } catch (e) {
+    result.className = "error";
+    result.textContent = e.message;
+  }
+  await loadRuns();
+}
+
+async function cancelRun(runId) {
+  const result = document.getElementById("batch-result");
+  try {
+    await api(`connections/${encodeURIComponent(state.conn)}/batch-retries/cancel`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ run_id: runId }) });
+    result.className = "";
+    result.textContent = `asked ${runId} to stop before its next batch`;
+  } catch (e) {
+    result.className = "error";
+    result.textContent = e.message;
+  }
+  await loadRuns();
+}
+
+const FINISHED = new Set(["done", "cancelled", "failed"]);
+
+function runRow(run) {
+  const done = run.to_do ? Math.min(run.looked_at, run.to_do) : 0;
+  const bar = run.to_do !== null && run.to_do !== undefined
+    ? el("progress", { max: String(Math.max(run.to_do, 1)), value: String(done),
+      "aria-label": `${done} of ${run.to_do} looked at` }) : el("span", {}, "-");
+  const returned = Object.entries(run.returned).map(([q, n]) => `${n} to ${q}`).join(", ") || "0";
+  const cancel = !FINISHED.has(run.state) && state.canEdit ? el("button", { type: "button", class: "btn danger cancel-run",
+    "aria-label": `cancel ${run.run_id}`, onclick: () => cancelRun(run.run_id) }, "Cancel") : null;
+  const left = run.left_count ? el("details", { class: "more" }, el("summary", {}, String(run.left_count)),
+    el("ul", { class: "left-reasons" }, ...run.left.map((x) => el("li", {}, `${x.id}: ${x.reason}`)))) : "0";
+  return el("tr", { class: `run state-${run.state}`, dataset: { run: run.run_id, state: run.state } },
+    el("td", { class: "run-id" }, run.run_id), el("td", {}, run.triggered_by || "-"),
+    el("td", {}, formatTime(run.started_at || run.queued_at)),
+    el("td", { class: "state" }, run.state + (run.cancel_requested_by && run.state !== "cancelled"
+      ? ` (cancel asked by ${run.cancel_requested_by})` : "")),
+    el("td", {}, bar), el("td", { class: "num batches" }, run.batches_done),
+    el("td", { class: "returned" }, returned), el("td", { class: "num left" }, left),
+    el("td", { class: "num remaining" }, run.remaining === null ? "-" : run.remaining), el("td", {}, cancel));
+}
+
+async function loadRuns() {
+  clearTimeout(state.runsTimer);
+  if (!state.conn) return;
+  const body = document.querySelector("#runs tbody");
+  try {
+    const data = await api(`connections/${encodeURIComponent(state.conn)}/batch-retries`);
+    state.canEdit = data.can_edit;
+    state.retryQueues = data.queues;
+    document.getElementById("add-redirect").disabled = !data.queues.length;
+    body.replaceChildren(...data.runs.map(runRow));
+    if (!data.runs.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "10" }, "no batched retries yet")));
+    if (data.runs.some((r) => !FINISHED.has(r.state))) state.runsTimer = setTimeout(loadRuns, 2000);
+  } catch (e) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: "10", class: "error" }, e.message)));
+  }
+  updateButtons();
+}
+
 document.getElementById("refresh").addEventListener("click", () => {
   loadOverview();
-  if (state.conn) loadGroups().then(loadPage);
+  if (state.conn) { loadGroups().then(loadPage); loadRuns(); }
 });
 document.getElementById("panel-close").addEventListener("click", closePanel);
+document.getElementById("editor-form").addEventListener("submit", sendEdit);
+document.getElementById("editor-cancel").addEventListener("click", () => document.getElementById("editor").close());
+document.getElementById("batch-form").addEventListener("submit", startBatchRetry);
+document.getElementById("add-redirect").addEventListener("click", addRedirect);
 document.getElementById("retry").addEventListener("click", () => act("retry"));
 document.getElementById("delete").addEventListener("click", () => act("delete"));
 document.getElementById("group-by").addEventListener("change", (e) => { state.groupBy = e.target.value; state.filter = {}; restart(); });
@@ -393,5 +618,7 @@ document.getElementById("next-page").addEventListener("click", () => {
 });
 document.getElementById("prev-page").addEventListener("click", () => { if (state.page > 0) { state.page -= 1; loadPage(); } });
 document.getElementById("first-page").addEventListener("click", () => { state.page = 0; loadPage(); });
-document.addEventListener("keydown", (e) => { if (e.key === "Escape" && !document.getElementById("panel").hidden) closePanel(); });
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && !document.getElementById("panel").hidden && !document.getElementById("editor").open) closePanel();
+});
 loadOverview();

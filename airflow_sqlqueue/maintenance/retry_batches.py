@@ -1,0 +1,170 @@
+"""The task of the ``sqlqueue_error_queue_batch_retry`` DAG: retry failed messages in controlled batches on a
+connection the deployment configures, with progress and audit rows the "SQL Queues" page reads back.
+
+The run's params choose only values: the connection (one the deployment's configuration names), a group filter
+or a selection of positions, the batch size, ramp, rate limit and redirects. The queues written to are the
+configured queues of that connection (never the error queue); a redirect must name two of them. Anything else
+fails the task at once with the reason, having changed nothing. A cancel request (a ``cancel`` row, written by the
+page) stops the run before its next batch; the task then fails with "cancelled", so the DAG run shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_sqlqueue import metrics
+from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.batch_retry import BatchPlan, BatchRecord, retry_in_batches
+from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
+
+from . import retry_progress
+from .config import ConnectionConfig, resolve_queues
+from .tasks import BadConfigurationError, _allowed, configuration, transport_for
+
+log = logging.getLogger(__name__)
+DAG_ID = "sqlqueue_error_queue_batch_retry"
+MAX_POSITIONS = 100_000
+PLAN_KEYS = ("batch_size", "ramp_start", "rate_per_second", "max_messages")
+FILTER_KEYS = ("failed_q", "exception_type", "message_type")
+
+
+class RetryCancelledError(AirflowFailException):
+    """A user cancelled the run (it stopped between two batches)."""
+
+
+def plan_of(params: dict[str, Any]) -> BatchPlan:
+    """The batch plan from the params; BadConfigurationError names the wrong one."""
+    try:
+        return BatchPlan(**{k: params[k] for k in PLAN_KEYS if params.get(k) is not None})
+    except (TypeError, ValueError) as exc:
+        raise BadConfigurationError(f"param {exc}") from None
+
+
+def positions_of(params: dict[str, Any]) -> list[Position] | None:
+    """The ``positions`` param (``[{"seq", "id"}]``) as positions; None when not given."""
+    raw = params.get("positions")
+    if not raw:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_POSITIONS:
+        raise BadConfigurationError(f"param positions must be a list of at most {MAX_POSITIONS:,} "
+                                    '{"seq": n, "id": "..."} objects')
+    out = []
+    for item in raw:
+        seq = item.get("seq") if isinstance(item, dict) else None
+        ident = item.get("id") if isinstance(item, dict) else None
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1 or not isinstance(ident, str) or not ident:
+            raise BadConfigurationError(f'param positions: each item must be {{"seq": n >= 1, "id": "..."}}, got '
+                                        f"{str(item)[:100]!r}")
+        out.append(Position(seq, ident))
+    return out
+
+
+def targets_of(conn: ConnectionConfig, transport: SqlQueueTransport,
+               redirects: Any) -> tuple[str, list[str], dict[str, str]]:
+    """(error queue, the queues a retry may write to, redirects in canonical names); a redirect outside the
+    configured queues is refused naming it."""
+    error_queue = transport.name(conn.error_queue)
+    queues = resolve_queues(conn, transport)
+    targets = [q for q in queues if q != error_queue]
+    if redirects in (None, {}):
+        return error_queue, targets, {}
+    if not isinstance(redirects, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in redirects.items()):
+        raise BadConfigurationError('param redirects must be an object {"from queue": "to queue"}')
+    canonical = {}
+    for source, destination in redirects.items():
+        try:
+            source_name, destination_name = transport.name(source), transport.name(destination)
+        except ValueError as exc:
+            raise BadConfigurationError(f"param redirects: {exc}") from None
+        if source_name not in queues:
+            raise BadConfigurationError(f"param redirects: {source!r} is not a queue of connection "
+                                        f"{conn.conn_id!r} (configured: {', '.join(queues)})")
+        if destination_name not in targets:
+            raise BadConfigurationError(f"param redirects: {destination!r} is not a queue a retry may write to on "
+                                        f"connection {conn.conn_id!r} (allowed: {', '.join(targets)})")
+        canonical[source_name] = destination_name
+    return error_queue, targets, canonical
+
+
+def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, positions: list[Position] | None,
+          plan: BatchPlan) -> int:
+    """How many messages the run will look at: the selection, or the matching groups' counts."""
+    if positions is not None:
+        total = len(set(positions))
+    else:
+        wanted = {k: v for k, v in (("failed_q", where.failed_q), ("exception_type", where.exception_type),
+                                    ("message_type", where.message_type)) if v}
+        total = sum(g["count"] for g in transport.failed_groups(error_queue)
+                    if all(g.get(k) == v for k, v in wanted.items()))
+    return total if plan.max_messages is None else min(total, plan.max_messages)
+
+
+def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> dict[str, Any]:
+    """Retry as the params say; each batch recorded as a progress row; the summary (XCom) as the operator's."""
+    params = params or {}
+    conn_id = params.get("conn_id")
+    if not isinstance(conn_id, str) or not conn_id:
+        raise BadConfigurationError("param conn_id: name the connection (one of the maintenance configuration)")
+    _allowed(conn_id, "param conn_id")
+    config = configuration({})  # the deployment's configuration: a run's conf may not replace it here
+    conn = config.connection(conn_id)
+    plan = plan_of(params)
+    positions = positions_of(params)
+    where = FailedFilter(*(params.get(k) or None for k in FILTER_KEYS))
+    with transport_for(conn_id, conn.error_queue) as transport, \
+            transport_for(config.samples_conn_id(conn_id)) as store:
+        error_queue, targets, redirects = targets_of(conn, transport, params.get("redirects"))
+        addresses = [transport.address(q) for q in targets]
+
+        def allowed(address: Any) -> bool:
+            return any(transport.dialect.same_queue(address, a) for a in addresses)
+
+        def note(kind: str, **fields: Any) -> None:
+            retry_progress.record(store, run_id, conn_id, error_queue, kind, **fields)
+
+        earlier = retry_progress.run_rows(store, run_id)  # a retry of the task goes on numbering the batches
+        first_batch = max((r["batch"] for r in earlier if r["kind"] == "batch"), default=0)
+        if not any(r["kind"] == "start" for r in earlier):
+            note("start", user_name=started_by, detail={
+                "plan": {k: getattr(plan, k) for k in PLAN_KEYS},
+                "selection": {"positions": len(positions)} if positions is not None else
+                {k: v for k, v in zip(FILTER_KEYS, (where.failed_q, where.exception_type, where.message_type),
+                                      strict=True) if v},
+                "redirects": redirects, "allowed": targets,
+                "to_do": to_do(transport, error_queue, where, positions, plan)})
+        log.info("retrying from %s on %s to %s (redirects %s), plan %s", error_queue, conn_id, targets, redirects,
+                 plan)
+        stop: Callable[[], bool] = lambda: retry_progress.cancel_requested(store, run_id)  # noqa: E731
+        done = [0]
+        began = time.time()  # no later than the rate limit's own origin
+
+        def on_batch(record: BatchRecord) -> None:
+            done[0] += record.total_returned
+            for queue, count in record.returned.items():
+                metrics.incr("retried", conn_id, queue, count)
+            note("batch", batch=first_batch + record.batch, looked_at=record.looked_at, returned=record.returned,
+                 left=record.left, detail={"run_started_at": began, "started_at": record.started_at,
+                                                    "finished_at": record.finished_at})
+            log.info("batch %d: %d of %d returned (%s), %d left; %d returned so far", first_batch + record.batch,
+                     record.total_returned, record.looked_at, record.returned, len(record.left), done[0])
+
+        try:
+            summary = retry_in_batches(transport, error_queue, plan, allowed=allowed, redirects=redirects,
+                                       where=where, on_batch=on_batch, should_stop=stop, positions=positions)
+        except Exception as exc:
+            note("end", detail={"state": "failed", "error": type(exc).__name__})
+            raise
+        note("end", detail={"state": "cancelled" if summary.cancelled else "done"})
+    result = summary.as_dict()
+    log.info("returned %d messages from %s in %d batches%s: %s", result["total_returned"], error_queue,
+             len(result["batches"]), " (cancelled)" if result["cancelled"] else "", result["returned"])
+    if summary.cancelled:
+        raise RetryCancelledError(f"cancelled from the SQL Queues page after {len(result['batches'])} batches "
+                                  f"({result['total_returned']} messages returned); the rest stay in {error_queue}")
+    return result
