@@ -19,10 +19,10 @@ from airflow_sqlqueue.transport.error_archive import (
     restore_archive,
 )
 from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.transport.printable import printable
 
 from .errors import OK, UsageError
 from .output import emit_json, table
-from .terminal import printable
 
 SUMMARY_COLUMNS = ("archive_id", "status", "queue", "rows", "deleted", "restored", "min_time_of_failure",
                    "max_time_of_failure")

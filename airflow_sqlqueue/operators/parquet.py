@@ -55,8 +55,10 @@ class ParquetBatchWriter:
             "id": [str(m.id) for m in messages],
             "seq": [m.seq for m in messages],
             "queue": [m.queue for m in messages],
+            # the Headers column as stored when the message still holds exactly those headers (no re-encoding);
             # a lone surrogate (read from a stored "\ud800" escape) stays that escape: the exact headers, as UTF-8
-            "headers": [escape_surrogates(json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
+            "headers": [escape_surrogates(m.headers_text if m.headers_text is not None else
+                                          json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
                         for m in messages],
             "body": [m.body for m in messages],
             "received_at": [now] * len(messages),

@@ -104,7 +104,7 @@ class ReceivedMessage:
     :param body: raw body bytes (None when the column was NULL).
     :param seq: the row's RowVersion / seq (FIFO position).
     :param queue: canonical address text of the queue it came from.
-    :param headers_text: the Headers column as stored (None when not known).
+    :param headers_text: the Headers column as stored, when ``headers`` are exactly what it holds (else None).
     """
 
     __slots__ = ("_id", "_uuid", "headers", "body", "seq", "queue", "headers_text")

@@ -207,7 +207,8 @@ class TableQueue:
                 else:
                     stats.forwarded += 1
                 return None
-        return ReceivedMessage(raw_id, headers, body, int(seq), self.name, text)
+        # headers_text only while it holds exactly these headers (not once the forward header was taken out)
+        return ReceivedMessage(raw_id, headers, body, int(seq), self.name, text if forward is None else None)
 
     # -- forwarding -------------------------------------------------------------------------------
     def _forward_target(self, forward: Any) -> TableQueue | ForwardRefusedError:
