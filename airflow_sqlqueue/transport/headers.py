@@ -196,8 +196,9 @@ def parse_headers(text: str | None) -> dict[str, str | None]:
 
 def format_wire_time(moment: datetime | None = None) -> str:
     """Format a timestamp as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC."""
-    moment = (moment or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S:%f Z")
+    moment = datetime.now(timezone.utc) if moment is None else moment.astimezone(timezone.utc)
+    return (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} {moment.hour:02d}:{moment.minute:02d}:"
+            f"{moment.second:02d}:{moment.microsecond:06d} Z")
 
 
 def parse_wire_time(text: str) -> datetime:

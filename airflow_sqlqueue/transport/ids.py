@@ -38,15 +38,18 @@ _UNKNOWN = uuid.SafeUUID.unknown
 
 
 def id_stream() -> Iterator[uuid.UUID]:
-    """New Ids for a batch, as :func:`new_id` makes them, drawn in blocks of 256: one clock reading and one
-    ``urandom`` call a block (a block's Ids share their millisecond; their 74 random bits keep them unique)."""
+    """New Ids for a batch, as :func:`new_id` makes them, drawn in blocks (1, 2, 4, ... up to 256 Ids): one clock
+    reading and one ``urandom`` call a block (a block's Ids share their millisecond; their 74 random bits keep them
+    unique). A send of one message draws one Id's worth of randomness."""
+    block = 1
     while True:
         millis = (_time_ns() // 1_000_000) << 80 | _VERSION_7 | _VARIANT
-        rand = _urandom(10 * _BLOCK)
-        for offset in range(0, 10 * _BLOCK, 10):
+        rand = _urandom(10 * block)
+        for offset in range(0, 10 * block, 10):
             bits = int.from_bytes(rand[offset:offset + 10], "big")
             value = millis | ((bits >> 64) & _RAND_A) << 64 | (bits & _RAND_B)
             made = _new_object(_UUID)  # what UUID(int=value) does, without re-checking a value built in range
             _set_slot(made, "int", value)
             _set_slot(made, "is_safe", _UNKNOWN)
             yield made
+        block = min(block * 2, _BLOCK)

@@ -97,6 +97,7 @@ class Session:
         self.retry = RetryPolicy(dialect)
         self._connect = connect
         self._idle: list[Any] = []
+        self._cursors: dict[int, tuple[Any, Any]] = {}  # id(connection) -> (connection, its reused cursor)
         self._lock = threading.Lock()
         self._max_idle = max_idle
 
@@ -125,7 +126,36 @@ class Session:
                 if len(self._idle) < self._max_idle:
                     self._idle.append(connection)
                     return
+        self._forget_cursor(connection)
         close_quietly(connection)
+
+    def _cursor(self, connection: Any) -> Any:
+        """The connection's cursor, made once and reused by each transaction on it (a cursor costs more to make
+        than a one-row statement's own Python work)."""
+        entry = self._cursors.get(id(connection))
+        if entry is not None and entry[0] is connection:
+            return entry[1]
+        cursor = connection.cursor()
+        with self._lock:
+            self._cursors[id(connection)] = (connection, cursor)
+        return cursor
+
+    def release_cursor(self, connection: Any, cursor: Any) -> None:
+        """A transaction ended: keep its cursor for the next one unless it may hold a large result (a driver keeps
+        the last result until the next statement: a batch of rows must not stay in memory on an idle
+        connection)."""
+        try:
+            small = cursor.rowcount <= 1
+        except Exception:  # noqa: BLE001 - a closed or broken cursor: make a new one next time
+            small = False
+        if not small:
+            self._forget_cursor(connection)
+
+    def _forget_cursor(self, connection: Any) -> None:
+        with self._lock:
+            entry = self._cursors.pop(id(connection), None)
+        if entry is not None:
+            _close_cursor(entry[1])
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
@@ -148,7 +178,7 @@ class Session:
         """Open a transaction on a pooled connection; end it with ``commit`` or ``rollback``."""
         connection = self.checkout()
         try:
-            cursor = connection.cursor()
+            cursor = self._cursor(connection)
             self.dialect.begin(cursor, read_only)
         except BaseException:
             self.checkin(connection, False)
@@ -207,6 +237,7 @@ class Session:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
+            self._forget_cursor(connection)
             close_quietly(connection)
 
 
@@ -229,10 +260,9 @@ class Transaction:
         try:
             self.connection.commit()
         except BaseException:
-            _close_cursor(self.cursor)
-            self.session.checkin(self.connection, False)
+            self.session.checkin(self.connection, False)  # closed, with its cursor
             raise
-        _close_cursor(self.cursor)
+        self.session.release_cursor(self.connection, self.cursor)
         self.session.checkin(self.connection)
 
     def rollback(self, cause: BaseException | None = None) -> None:
@@ -240,7 +270,7 @@ class Transaction:
         if not self.open:
             return
         self.open = False
-        _close_cursor(self.cursor)
+        self.session.release_cursor(self.connection, self.cursor)
         healthy = _rolled_back(self.connection)
         if cause is not None and (not isinstance(cause, Exception) or self.session.dialect.is_connection_lost(cause)):
             healthy = False

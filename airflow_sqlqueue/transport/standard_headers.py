@@ -99,15 +99,17 @@ class BatchHeaders:
     (MessageId, and the ConversationId and CorrelationId that default to it). So for each distinct content of the
     caller's own headers (and content type) the whole text is serialized and checked once, with a placeholder
     GUID in place of the Id, and each message's text is that template joined around its Id: the same text, the
-    same checks (the placeholder has the Id's length, so the size limit holds too). A batch whose headers are all
-    different stops using templates after a few dozen misses.
+    same checks (the placeholder has the Id's length, so the size limit holds too). A template is made when the
+    same own headers come a second time (a send of one message costs one serialization), and a batch whose
+    headers are all different stops using templates after a few dozen misses.
     """
 
     def __init__(self, origin: Origin, time_sent: str) -> None:
         self.origin = origin
         self.time_sent = time_sent
-        self._placeholder = str(uuid.uuid4())
+        self._placeholder = ""
         self._templates: dict[tuple[Any, ...], list[str] | None] = {}
+        self._seen: set[tuple[Any, ...]] = set()
         self._hits = self._misses = 0
 
     def text(self, own: Mapping[str, str | None], native_id: str, content_type: str | None) -> str:
@@ -123,6 +125,8 @@ class BatchHeaders:
                 self._hits += 1
                 if template is not None:
                     return template[0] if len(template) == 1 else native_id.join(template)
+            elif key is not None and key not in self._seen and len(self._seen) < _MAX_TEMPLATES:
+                self._seen.add(key)  # first sight: serialized directly below; a second one makes the template
             elif key is not None:
                 self._misses += 1
                 template = self._template(own, content_type)
@@ -144,5 +148,7 @@ class BatchHeaders:
         if isinstance(own_id, str) and own_id and not _is_guid(own_id) and h.CONVERSATION_ID not in own \
                 and not (self.origin.incoming or {}).get(h.CONVERSATION_ID):
             return None
+        if not self._placeholder:
+            self._placeholder = str(uuid.uuid4())
         text = h.serialize_headers({**self._defaults(own, self._placeholder, content_type), **own})
         return text.split(self._placeholder)

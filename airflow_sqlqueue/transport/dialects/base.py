@@ -21,6 +21,8 @@ Row = Sequence[Any]
 #: DB-API driver modules and the dialect each belongs to.
 DRIVER_DIALECTS = {"sqlite3": "sqlite", "psycopg": "postgres", "psycopg2": "postgres", "pymssql": "mssql",
                    "_mssql": "mssql", "pyodbc": "mssql"}
+#: How many filled statement texts (statement x queue) a dialect keeps.
+MAX_FILLED = 4096
 
 
 class RawRow(NamedTuple):
@@ -84,6 +86,7 @@ class Dialect:
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
         self.statements: dict[str, Statement] = _load(self.sql_file)
+        self._filled: dict[tuple[Any, ...], str] = {}  # (compiled statement, identifiers) -> final text
 
     # -- addresses and identifiers ---------------------------------------------------------------
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
@@ -158,11 +161,16 @@ class Dialect:
             return compiled.fill(identifiers), tuple((params or {})[n] for n in compiled.order)
         if self.formats_values(identifiers):
             return compiled.fill(identifiers, lambda part: self.format_values(part, params or {})), None
-        ids = {k: self.driver_identifier(v) for k, v in identifiers.items()}
+        key = (compiled, *identifiers.items())
+        sql = self._filled.get(key)
+        if sql is None:
+            sql = compiled.fill({k: self.driver_identifier(v) for k, v in identifiers.items()})
+            if len(self._filled) < MAX_FILLED:
+                self._filled[key] = sql  # the same statement on the same queue: filled once
         if self.paramstyle == "pyformat":
             # a pyformat driver (psycopg) unescapes '%%' only when given parameters: always give them (maybe empty)
-            return compiled.fill(ids), params or {}
-        return compiled.fill(ids), params or None
+            return sql, params or {}
+        return sql, params or None
 
     def driver_identifier(self, quoted: str) -> str:
         """A quoted identifier as it must appear in the text the driver parses (pyformat: ``%`` doubled)."""
