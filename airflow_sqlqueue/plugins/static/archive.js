@@ -1,39 +1,14 @@
 // The error archive section of the "SQL Queues" page: list a connection's archives, browse one, archive now,
-// restore. Self-contained (own helpers), so it does not depend on dashboard.js. Everything from the server
+// restore. It uses dashboard.js's el() and api() (index.html loads dashboard.js first). Everything from the server
 // (ids, queue names, header and body previews: untrusted input from other systems) is set with textContent.
 "use strict";
 
 (() => {
-  const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
   const PAGE = 50;
   const st = { conn: null, canEdit: false, archive: null, cursors: [0], page: 0, next: null, selected: new Set() };
   const $ = (id) => document.getElementById(id);
 
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(attrs)) {
-      if (value === null || value === undefined || value === false) continue;
-      if (key === "class") node.className = value;
-      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, value === true ? "" : value);
-    }
-    for (const child of children) {
-      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
-    }
-    return node;
-  }
-
-  async function api(path, options = {}) {
-    const response = await fetch(BASE + "api/" + path, { credentials: "same-origin", ...options });
-    let body = null;
-    try { body = await response.json(); } catch (e) { body = null; }
-    if (!response.ok) {
-      const detail = body && body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail))
-                                         : response.statusText;
-      throw new Error(`${response.status}: ${detail}`);
-    }
-    return body;
-  }
+  // el() and api() are dashboard.js's (loaded first by index.html): one DOM builder, one API client.
 
   function say(text, isError = false) {
     const status = $("archive-status");
