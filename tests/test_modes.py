@@ -218,6 +218,23 @@ def test_none_mode_failure_loses_the_message(queues):
     assert rows(queues, "error") == []
 
 
+def test_a_lost_message_is_logged_with_its_row_text_escaped(queues, caplog):
+    """The handler's exception text may quote the row (a body with terminal escapes): the log shows it escaped,
+    with the traceback, and never the raw control characters."""
+    t, q = queues.transport, queues.q("orders")
+    t.send(q, b"\x1b]0;owned\x07")
+
+    def handler(message, context):
+        raise ValueError(f"cannot parse {message.body.decode()}")
+
+    with caplog.at_level("ERROR", logger="airflow_sqlqueue.transport.strategies"):
+        assert t.process(q, handler, mode=TransactionMode.NONE).lost == 1
+    [record] = [r for r in caplog.records if "message is lost" in r.getMessage()]
+    text = record.getMessage()
+    assert "\\x1b]0;owned\\x07" in text and "\x1b" not in text and "\x07" not in text
+    assert "Traceback" in text and "ValueError" in text
+
+
 def test_none_mode_delete_commits_before_the_handler(queues):
     t, q = queues.transport, queues.q("orders")
     t.send(q, b"x")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueue
 from .failures import exception_text
 from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
-from .printable import printable
+from .printable import printable, printable_lines
 from .queue import TableQueue
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
@@ -313,10 +314,12 @@ class AtMostOnce(ReceiveStrategy):
                     self.handler(message, context)
                     acknowledge_retry(sends, self.queue, message)
                     part.succeeded += 1
-                except Exception:
+                except Exception as exc:
                     part.lost += 1
-                    log.exception("handler failed for message %s in mode NONE: the message is lost",
-                                  printable(message.message_id))
+                    # the traceback is the handler's, its text may quote the row: escaped like every row text
+                    log.error("handler failed for message %s in mode NONE: the message is lost\n%s",
+                              printable(message.message_id),
+                              printable_lines("".join(traceback.format_exception(exc)).rstrip("\n")))
         finally:
             summary.add(part)
 
