@@ -29,7 +29,7 @@ from tests.test_dashboard_browser import (  # noqa: F401  (fixtures)
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")]
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\">\u202eEvil"
 ROWS = "doc.querySelectorAll('#archive-messages tr.archived')"
 

@@ -46,8 +46,9 @@ PROJECT_DAGS = Path(__file__).resolve().parent.parent / "dags"
 #: The API server's environment (the batched-retry task runs with it, as a worker of that deployment would).
 ENV: dict[str, str] = {}
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                                "(scripts/install-system-packages.sh installs it: apt-get install chromium)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                                 "(scripts/install-system-packages.sh installs it: apt-get install chromium)")]
 
 
 def free_port() -> int:
