@@ -164,3 +164,22 @@ def wait_gone(db, application_name: str, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"backends of {application_name} still alive after {timeout} s")
         time.sleep(0.05)
+
+
+def run_cli(db, *args: str) -> tuple[int, str, str]:
+    """Run ``sqlqueue`` in this process on ``db`` with its error queue; return (exit code, stdout as the UTF-8 it
+    wrote, stderr text)."""
+    import io
+    from contextlib import redirect_stderr
+
+    from airflow_sqlqueue.cli.main import main
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.StringIO()
+    saved, sys.stdout = sys.stdout, out
+    try:
+        with redirect_stderr(err):
+            code = main(["--url", db.url, "--error-queue", db.q("error"), *args])
+    finally:
+        sys.stdout = saved
+    return code, out.buffer.getvalue().decode("utf-8"), err.getvalue()

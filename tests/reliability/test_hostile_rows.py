@@ -26,7 +26,7 @@ from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport import headers as h
 
 from . import hostile
-from .helpers import count, summary
+from .helpers import count, run_cli, summary
 
 MODES = ["none", "receive-only", "sends-atomic-with-receive", "transaction-scope"]
 HELD = MODES[1:]
@@ -125,22 +125,6 @@ def test_retry_errors_returns_every_hostile_row_or_says_why(hq):
 
 
 # -- the command line -------------------------------------------------------------------------------------------
-def _cli(db, *args: str) -> tuple[int, str, str]:
-    """Run ``sqlqueue`` in this process; return (exit code, stdout text, stderr text)."""
-    from airflow_sqlqueue.cli.main import main
-
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
-    err = io.StringIO()
-    import sys
-
-    saved = sys.stdout
-    sys.stdout = out
-    try:
-        with redirect_stderr(err):
-            code = main(["--url", db.url, "--error-queue", db.q("error"), *args])
-    finally:
-        sys.stdout = saved
-    return code, out.buffer.getvalue().decode("utf-8"), err.getvalue()
 
 
 UNSAFE = ["\x1b", "\x07", "\x9b", "\u202e", "\u2066", "\x00"]
@@ -150,7 +134,7 @@ UNSAFE = ["\x1b", "\x07", "\x9b", "\u202e", "\u2066", "\x00"]
 @pytest.mark.parametrize("as_json", [False, True])
 def test_cli_receive(hq, mode, as_json):
     filled = hostile.fill(hq, "orders", hq.q("missing"))
-    code, out, err = _cli(hq, "receive", hq.q("orders"), "--max", "1000", "--mode", mode,
+    code, out, err = run_cli(hq, "receive", hq.q("orders"), "--max", "1000", "--mode", mode,
                           *(["--json"] if as_json else []))
     assert code == 0, err
     lines = out.splitlines()
@@ -180,7 +164,7 @@ def test_cli_mode_none_keeps_what_it_cannot_print(hq, monkeypatch):
         raise RuntimeError("cannot render")
 
     monkeypatch.setattr("airflow_sqlqueue.cli.commands.message_line", broken)
-    code, out, _ = _cli(hq, "receive", hq.q("orders"), "--max", "1000", "--mode", "none")
+    code, out, _ = run_cli(hq, "receive", hq.q("orders"), "--max", "1000", "--mode", "none")
     assert code != 0 and out == ""
     assert count(hq, "orders") == before
     assert output.message_line is not broken

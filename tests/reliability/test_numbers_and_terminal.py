@@ -7,18 +7,15 @@ import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow im
 
 # isort: split
 
-import io
 import json
 import math
-import sys
-from contextlib import redirect_stderr
 
 import pytest
 
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage
 from airflow_sqlqueue.transport.printable import printable, printable_json
 
-from .helpers import count
+from .helpers import count, run_cli
 
 BAD_NUMBERS = [math.nan, math.inf, -math.inf]
 
@@ -59,7 +56,7 @@ def test_airflow_entry_points_refuse_nan_and_infinity(value):
 @pytest.mark.parametrize("option", ["--ttbr", "--delay"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
 def test_cli_refuses_nan_and_infinity(queues, option, value):
-    code, _, err = cli(queues, "send", queues.q("orders"), "--body", "x", f"{option}={value}")
+    code, _, err = run_cli(queues, "send", queues.q("orders"), "--body", "x", f"{option}={value}")
     assert code == 2 and "seconds" in err
     assert count(queues, "orders") == 0
 
@@ -100,19 +97,6 @@ def test_printable_keeps_ordinary_text():
         text, ensure_ascii=False)
 
 
-def cli(db, *args: str) -> tuple[int, str, str]:
-    """Run ``sqlqueue`` in this process; return (exit code, stdout, stderr)."""
-    from airflow_sqlqueue.cli.main import main
-
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
-    err = io.StringIO()
-    saved, sys.stdout = sys.stdout, out
-    try:
-        with redirect_stderr(err):
-            code = main(["--url", db.url, "--error-queue", db.q("error"), *args])
-    finally:
-        sys.stdout = saved
-    return code, out.buffer.getvalue().decode("utf-8"), err.getvalue()
 
 
 ATTACK = "\x1b]0;owned\x07\x1b[2J\u202eexe.txt\u2066"
@@ -127,11 +111,11 @@ def test_queue_names_bodies_and_errors_are_escaped_in_human_output(queues):
     t.send(evil, OutgoingMessage(ATTACK, {"NServiceBus.EnclosedMessageTypes": ATTACK}))
     t.send(queues.q("error"), OutgoingMessage(ATTACK, {"NServiceBus.FailedQ": evil,
                                                        "NServiceBus.ExceptionInfo.ExceptionType": ATTACK}))
-    outputs = [cli(queues, "list"), cli(queues, "check", evil), cli(queues, "peek", evil),
-               cli(queues, "retry-errors", "--list"), cli(queues, "receive", evil),
-               cli(queues, "send", evil, "--body", "x"), cli(queues, "receive", queues.q("missing" + ATTACK)),
-               cli(queues, "purge-expired", evil), cli(queues, "retry-errors", "--list", "--json"),
-               cli(queues, "receive", evil, "--json", "--max", "5")]
+    outputs = [run_cli(queues, "list"), run_cli(queues, "check", evil), run_cli(queues, "peek", evil),
+               run_cli(queues, "retry-errors", "--list"), run_cli(queues, "receive", evil),
+               run_cli(queues, "send", evil, "--body", "x"), run_cli(queues, "receive", queues.q("missing" + ATTACK)),
+               run_cli(queues, "purge-expired", evil), run_cli(queues, "retry-errors", "--list", "--json"),
+               run_cli(queues, "receive", evil, "--json", "--max", "5")]
     for _, out, err in outputs:
         for char in "\x1b\x07\u202e\u2066":
             assert char not in out + err, (char, out, err)
