@@ -26,11 +26,11 @@ ORIGINS = [Origin("airflow"), Origin("Sales", "Reply", reply_to="Sales@[dbo]@[ns
                                      incoming={h.MESSAGE_ID: "m-1", h.CONVERSATION_ID: "c-1"})]
 
 
-def plain(origin: Origin, own: dict, native_id: str, content_type: str | None) -> str:
+def plain(origin: Origin, own: dict, native_id: str, content_type: str | None, time_sent: str = TIME_SENT) -> str:
     own_id = own.get(h.MESSAGE_ID)
     message_id = own_id if isinstance(own_id, str) and own_id else native_id
     return h.serialize_headers({**standard_headers(origin, message_id, content_type=content_type,
-                                                   time_sent=TIME_SENT), **own})
+                                                   time_sent=time_sent), **own})
 
 
 OWN = [
@@ -75,6 +75,34 @@ def test_a_batch_of_distinct_headers_gives_up_templates_and_stays_exact() -> Non
     writer = BatchHeaders(Origin("airflow"), TIME_SENT)
     for n in range(300):
         own = {"n": str(n)}
+        native = str(uuid.uuid4())
+        assert writer.text(own, native, None) == plain(Origin("airflow"), own, native, None)
+
+
+@pytest.mark.parametrize("origin", ORIGINS, ids=["own endpoint", "in a handler"])
+def test_a_writer_kept_across_sends_writes_each_send_its_own_time(origin: Origin) -> None:
+    writer = BatchHeaders(origin)  # as a transport keeps one for its own sends
+    ids = id_stream()
+    for second, own in enumerate(itertools.islice(itertools.cycle(OWN), 40)):
+        time_sent = f"2026-11-25 10:00:{second % 60:02d}:{second * 1234:06d} Z"
+        native = str(next(ids))
+        assert writer.text(own, native, None, time_sent) == plain(origin, own, native, None, time_sent)
+
+
+def test_own_headers_that_hold_a_placeholder_are_written_as_given() -> None:
+    """A template is only used where its placeholders are exactly the standard headers' Id and time."""
+    writer = BatchHeaders(Origin("airflow"))
+    hostile = [{"x": writer._id_placeholder}, {writer._time_placeholder: "k"},
+               {"y": f"a{writer._time_placeholder}b{writer._id_placeholder}"}]
+    for own in hostile * 3:
+        native = str(uuid.uuid4())
+        assert writer.text(own, native, None, TIME_SENT) == plain(Origin("airflow"), own, native, None)
+
+
+def test_a_writer_kept_for_long_forgets_old_templates_and_stays_exact() -> None:
+    writer = BatchHeaders(Origin("airflow"), TIME_SENT)
+    for n in range(1200):  # several times the templates it keeps, each seen twice in a row
+        own = {"n": str(n // 2)}
         native = str(uuid.uuid4())
         assert writer.text(own, native, None) == plain(Origin("airflow"), own, native, None)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -195,10 +196,31 @@ def parse_headers(text: str | None) -> dict[str, str | None]:
 
 
 def format_wire_time(moment: datetime | None = None) -> str:
-    """Format a timestamp as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC."""
-    moment = datetime.now(timezone.utc) if moment is None else moment.astimezone(timezone.utc)
-    return (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} {moment.hour:02d}:{moment.minute:02d}:"
-            f"{moment.second:02d}:{moment.microsecond:06d} Z")
+    """Format a timestamp as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC (default: now)."""
+    if moment is None:
+        micros = _time_ns() // 1000
+        seconds, fraction = divmod(micros, 1_000_000)
+        minute, second = divmod(seconds, 60)
+        at, prefix = _minute_prefix
+        if at != minute:
+            prefix = _format_minute(datetime.fromtimestamp(minute * 60, timezone.utc))
+            _set_minute_prefix(minute, prefix)
+        return f"{prefix}{second:02d}:{fraction:06d} Z"
+    moment = moment.astimezone(timezone.utc)
+    return f"{_format_minute(moment)}{moment.second:02d}:{moment.microsecond:06d} Z"
+
+
+def _format_minute(moment: datetime) -> str:
+    return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} {moment.hour:02d}:{moment.minute:02d}:"
+
+
+_time_ns = time.time_ns
+_minute_prefix: tuple[int, str] = (-1, "")  # the current minute's text (one tuple: replaced whole)
+
+
+def _set_minute_prefix(minute: int, prefix: str) -> None:
+    global _minute_prefix
+    _minute_prefix = (minute, prefix)
 
 
 def parse_wire_time(text: str) -> datetime:

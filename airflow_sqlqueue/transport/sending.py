@@ -17,6 +17,9 @@ from .messages import OutgoingMessage
 from .queue import QueueBook, TableQueue
 from .standard_headers import BatchHeaders, Origin, default_endpoint
 
+#: Headers writers an outbox keeps (one per origin: endpoint, intent, reply-to address).
+_MAX_WRITERS = 32
+
 
 @dataclass
 class PreparedSend:
@@ -41,6 +44,9 @@ class Outbox:
         self.dialect = book.dialect
         #: Where sends made outside a handler come from (the transport's endpoint name).
         self.origin = Origin(book.endpoint or default_endpoint())
+        self._writers: dict[Origin, BatchHeaders] = {}  # per origin outside a handler: kept across sends
+        probe = uuid.UUID(int=0)
+        self._ids_as_text = self.dialect.id_param(probe) == str(probe)  # then the header's Id text is bound as is
 
     def prepare(self, queue: str | TableQueue, messages: Iterable[OutgoingMessage | bytes | str], *,
                 endpoint: str | TableQueue | None = None, origin: Origin | None = None,
@@ -56,8 +62,9 @@ class Outbox:
         """
         target = self.book.queue(queue)
         prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
-        writer = None if raw else BatchHeaders(origin or self.origin, h.format_wire_time())  # one clock reading
-        id_param = self.dialect.id_param
+        time_sent = h.format_wire_time()  # one clock reading for the batch
+        writer = None if raw else self._writer(origin or self.origin)
+        id_param = None if self._ids_as_text else self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
         next_id = id_stream().__next__
         for item in messages:
@@ -66,19 +73,36 @@ class Outbox:
                 message = _forwarding(message, target.wire)
             ttbr_ms, delay_ms = message.timing_ms()
             message_id = next_id()
-            if writer is None or not isinstance(message.headers, Mapping):
-                headers_text = h.serialize_headers(message.headers)  # raw, or the clear error for a non-mapping
+            id_text = str(message_id)
+            own = message.headers
+            if writer is None or not (type(own) is dict or isinstance(own, Mapping)):
+                headers_text = h.serialize_headers(own)  # raw, or the clear error for a non-mapping
             else:  # the MessageId the message ends up with (its own, else the native Id) correlates it
-                headers_text = writer.text(message.headers, str(message_id), message.content_type)
-            body = message.body_bytes()
-            if body is None:
-                body = b""  # a NULL body stops .NET PostgreSQL receivers and ServiceControl's import
+                headers_text = writer.text(own, id_text, message.content_type, time_sent)
+            body = message.body
+            if type(body) is not bytes:
+                body = message.body_bytes()
+                if body is None:
+                    body = b""  # a NULL body stops .NET PostgreSQL receivers and ServiceControl's import
             if delay_ms is not None:
                 delayed.append({"headers": headers_text, "body": body, "delay_ms": delay_ms})
                 continue
             ids.append(message_id)
-            rows.append({"id": id_param(message_id), "headers": headers_text, "body": body, "ttbr_ms": ttbr_ms})
+            rows.append({"id": id_text if id_param is None else id_param(message_id), "headers": headers_text,
+                         "body": body, "ttbr_ms": ttbr_ms})
         return prepared
+
+    def _writer(self, origin: Origin) -> BatchHeaders:
+        """The headers writer of ``origin``: kept across sends (so a series of one-message sends reuses its
+        templates) unless it sends from a handler, whose incoming message makes each origin different."""
+        if origin.incoming is not None:
+            return BatchHeaders(origin)
+        writer = self._writers.get(origin)
+        if writer is None:
+            if len(self._writers) >= _MAX_WRITERS:
+                self._writers.clear()
+            writer = self._writers[origin] = BatchHeaders(origin)
+        return writer
 
     def write(self, cursor: Any, prepared: PreparedSend) -> list[uuid.UUID]:
         """Write prepared messages in the transaction of ``cursor``: one statement for the immediate ones, one for

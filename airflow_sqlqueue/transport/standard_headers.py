@@ -87,33 +87,63 @@ def _is_guid(text: str) -> bool:
 
 
 _MISSING = object()
+#: The shape of a wire-format time (``yyyy-MM-dd HH:mm:ss:ffffff Z``): its placeholder has its length.
+_WIRE_TIME_SHAPE = "0000-00-00 00:00:00:000000 Z"
 _MAX_TEMPLATES = 256
 _GIVE_UP_AFTER = 64
 
 
-class BatchHeaders:
-    """The Headers text of each message of one send, as ``serialize_headers({**standard_headers(...), **own})``
-    writes it, at a fraction of the cost for a batch.
+class _Template:
+    """One set of own headers serialized with placeholders for the native Id and ``TimeSent``; ``pieces`` is that
+    text for the latest time, split around the Id placeholder (one tuple, replaced whole: safe across threads)."""
 
-    Within a send the standard headers differ between two messages only by the native Id they carry
-    (MessageId, and the ConversationId and CorrelationId that default to it). So for each distinct content of the
-    caller's own headers (and content type) the whole text is serialized and checked once, with a placeholder
-    GUID in place of the Id, and each message's text is that template joined around its Id: the same text, the
-    same checks (the placeholder has the Id's length, so the size limit holds too). A template is made when the
-    same own headers come a second time (a send of one message costs one serialization), and a batch whose
-    headers are all different stops using templates after a few dozen misses.
+    __slots__ = ("generic", "time_placeholder", "current")
+
+    def __init__(self, generic: str, time_placeholder: str) -> None:
+        self.generic = generic
+        self.time_placeholder = time_placeholder
+        self.current: tuple[str, list[str]] = ("", [])
+
+    def fill(self, native_id: str, time_sent: str, id_placeholder: str) -> str:
+        at, pieces = self.current
+        if at != time_sent:
+            pieces = self.generic.replace(self.time_placeholder, time_sent).split(id_placeholder)
+            self.current = (time_sent, pieces)
+        return pieces[0] if len(pieces) == 1 else native_id.join(pieces)
+
+
+class BatchHeaders:
+    """The Headers text of each message sent from one origin, as ``serialize_headers({**standard_headers(...),
+    **own})`` writes it, at a fraction of the cost.
+
+    Between two messages the standard headers differ only by the native Id they carry (MessageId, and the
+    ConversationId and CorrelationId that default to it) and by ``TimeSent``. So for each distinct content of the
+    caller's own headers (and content type) the whole text is serialized and checked once, with a placeholder in
+    place of each, and a message's text is that template with its Id and time put in: the same text, the same
+    checks (each placeholder has the length of what replaces it, so the size limit holds too; a template whose
+    placeholders do not occur exactly where the standard headers put them is not used). A template is made when
+    the same own headers come a second time (one message alone costs one serialization), a run of distinct
+    headers stops using templates after a few dozen misses, and the templates are forgotten when there are too
+    many. One writer may live as long as its origin: a transport keeps one for its own sends, so a series of
+    one-message sends reuses the template too.
+
+    :param time_sent: the ``TimeSent`` of every message written (one clock reading for a batch); ``text`` may
+        give each call its own instead.
     """
 
-    def __init__(self, origin: Origin, time_sent: str) -> None:
+    def __init__(self, origin: Origin, time_sent: str | None = None) -> None:
         self.origin = origin
         self.time_sent = time_sent
-        self._placeholder = ""
-        self._templates: dict[tuple[Any, ...], list[str] | None] = {}
+        self._id_placeholder = str(uuid.uuid4())
+        self._time_placeholder = uuid.uuid4().hex[:len(_WIRE_TIME_SHAPE)]  # no character JSON would escape
+        self._templates: dict[tuple[Any, ...], _Template | None] = {}
         self._seen: set[tuple[Any, ...]] = set()
         self._hits = self._misses = 0
 
-    def text(self, own: Mapping[str, str | None], native_id: str, content_type: str | None) -> str:
+    def text(self, own: Mapping[str, str | None], native_id: str, content_type: str | None,
+             time_sent: str | None = None) -> str:
         """The serialized headers of one message whose native Id is ``native_id`` (its own headers win)."""
+        time_sent = time_sent or self.time_sent or h.format_wire_time()
         if self._misses < _GIVE_UP_AFTER or self._hits > self._misses:
             try:
                 key = (tuple(own.items()), content_type)
@@ -124,31 +154,37 @@ class BatchHeaders:
             if template is not _MISSING:
                 self._hits += 1
                 if template is not None:
-                    return template[0] if len(template) == 1 else native_id.join(template)
+                    return template.fill(native_id, time_sent, self._id_placeholder)
             elif key is not None and key not in self._seen and len(self._seen) < _MAX_TEMPLATES:
                 self._seen.add(key)  # first sight: serialized directly below; a second one makes the template
             elif key is not None:
                 self._misses += 1
                 template = self._template(own, content_type)
-                if len(self._templates) < _MAX_TEMPLATES:
-                    self._templates[key] = template
+                if len(self._templates) >= _MAX_TEMPLATES:  # a long-lived writer starts over
+                    self._templates.clear()
+                    self._seen.clear()
+                self._templates[key] = template
                 if template is not None:
-                    return template[0] if len(template) == 1 else native_id.join(template)
-        return h.serialize_headers({**self._defaults(own, native_id, content_type), **own})
+                    return template.fill(native_id, time_sent, self._id_placeholder)
+        return h.serialize_headers({**self._defaults(own, native_id, content_type, time_sent), **own})
 
-    def _defaults(self, own: Mapping[str, str | None], native_id: str, content_type: str | None) -> dict[str, str]:
+    def _defaults(self, own: Mapping[str, str | None], native_id: str, content_type: str | None,
+                  time_sent: str) -> dict[str, str]:
         own_id = own.get(h.MESSAGE_ID) if isinstance(own, Mapping) else None
         message_id = own_id if isinstance(own_id, str) and own_id else native_id
-        return standard_headers(self.origin, message_id, content_type=content_type, time_sent=self.time_sent)
+        return standard_headers(self.origin, message_id, content_type=content_type, time_sent=time_sent)
 
-    def _template(self, own: Mapping[str, str | None], content_type: str | None) -> list[str] | None:
-        """The text split around the placeholder Id, or None when a message's text holds more than its Id that
-        differs per message (a new random ConversationId for an own MessageId that is not a GUID)."""
+    def _template(self, own: Mapping[str, str | None], content_type: str | None) -> _Template | None:
+        """The text with both placeholders, or None when a message's text holds more that differs per message (a
+        new random ConversationId for an own MessageId that is not a GUID) or a placeholder occurs elsewhere."""
         own_id = own.get(h.MESSAGE_ID)
         if isinstance(own_id, str) and own_id and not _is_guid(own_id) and h.CONVERSATION_ID not in own \
                 and not (self.origin.incoming or {}).get(h.CONVERSATION_ID):
             return None
-        if not self._placeholder:
-            self._placeholder = str(uuid.uuid4())
-        text = h.serialize_headers({**self._defaults(own, self._placeholder, content_type), **own})
-        return text.split(self._placeholder)
+        defaults = self._defaults(own, self._id_placeholder, content_type, self._time_placeholder)
+        text = h.serialize_headers({**defaults, **own})
+        for placeholder in (self._id_placeholder, self._time_placeholder):
+            placed = sum(value == placeholder for key, value in defaults.items() if key not in own)
+            if text.count(placeholder) != placed:  # the caller's own headers hold it too: no template
+                return None
+        return _Template(text, self._time_placeholder)

@@ -86,7 +86,7 @@ class Dialect:
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
         self.statements: dict[str, Statement] = _load(self.sql_file)
-        self._filled: dict[tuple[Any, ...], str] = {}  # (compiled statement, identifiers) -> final text
+        self._filled: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # (statement, identifiers) -> see _fill
 
     # -- addresses and identifiers ---------------------------------------------------------------
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
@@ -154,23 +154,32 @@ class Dialect:
 
         Markers are converted before the slots are filled, so an identifier is never read as a marker here;
         what the driver does with the final text is the dialect's business (:meth:`driver_identifier`,
-        :meth:`formats_values`).
+        :meth:`formats_values`). The same statement on the same identifiers is filled once.
         """
-        compiled = statement.compile(self.paramstyle)
-        if compiled.order is not None:
-            return compiled.fill(identifiers), tuple((params or {})[n] for n in compiled.order)
-        if self.formats_values(identifiers):
-            return compiled.fill(identifiers, lambda part: self.format_values(part, params or {})), None
-        key = (compiled, *identifiers.items())
-        sql = self._filled.get(key)
-        if sql is None:
-            sql = compiled.fill({k: self.driver_identifier(v) for k, v in identifiers.items()})
+        key = (id(statement), *identifiers.items())
+        ready = self._filled.get(key)
+        if ready is None or ready[0] is not statement:
+            ready = self._fill(statement, identifiers)
             if len(self._filled) < MAX_FILLED:
-                self._filled[key] = sql  # the same statement on the same queue: filled once
+                self._filled[key] = ready  # holds the statement: its id is not reused while it is cached
+        _, sql, order, compiled = ready
+        if order is not None:
+            return sql, tuple((params or {})[n] for n in order)
+        if compiled is not None:  # the values are formatted into the text (see formats_values)
+            return compiled.fill(identifiers, lambda part: self.format_values(part, params or {})), None
         if self.paramstyle == "pyformat":
             # a pyformat driver (psycopg) unescapes '%%' only when given parameters: always give them (maybe empty)
             return sql, params or {}
         return sql, params or None
+
+    def _fill(self, statement: Statement, identifiers: dict[str, str]) -> tuple[Statement, str, Any, Any]:
+        """(statement, final text, qmark parameter order, the compiled form when values must be formatted in)."""
+        compiled = statement.compile(self.paramstyle)
+        if compiled.order is not None:
+            return statement, compiled.fill(identifiers), compiled.order, None
+        if self.formats_values(identifiers):
+            return statement, "", None, compiled
+        return statement, compiled.fill({k: self.driver_identifier(v) for k, v in identifiers.items()}), None, None
 
     def driver_identifier(self, quoted: str) -> str:
         """A quoted identifier as it must appear in the text the driver parses (pyformat: ``%`` doubled)."""
