@@ -14,6 +14,7 @@ import threading
 import psycopg
 import pytest
 
+from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport.dialects import get_dialect
 from tests.conftest import PG_URL, make_db
 
@@ -25,14 +26,18 @@ def pg(tmp_path):
     yield from make_db("postgres", tmp_path)
 
 
-def _plan(pg, statement: str, rows: int, analyze: bool) -> dict:
+def _plan(pg, statement: str, rows: int, analyze: bool, params: dict | None = None) -> dict:
     dialect = get_dialect("postgres")
     address = dialect.parse_address(pg.q("orders"))
-    pg.transport.create_queue(pg.q("orders"))
+    pg.transport.create_queue(pg.q("orders"), delayed=True)
     pg.transport.send_many(pg.q("orders"), [b"x"] * rows)
+    pg.transport.send_many(pg.q("orders"), [OutgoingMessage(b"later", delay=3600)] * rows)
+    if statement.endswith("_legacy"):  # a delayed table of 0.1 keys its rows by seq
+        pg.sql(f'ALTER TABLE "{pg.schema}"."orders.Delayed" ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY')
     if analyze:
         pg.sql(f'ANALYZE "{pg.schema}"."orders"')
-    sql, params = dialect.prepare(statement, {"batch_size": 10}, dialect.identifiers(address))
+        pg.sql(f'ANALYZE "{pg.schema}"."orders.Delayed"')
+    sql, params = dialect.prepare(statement, {"batch_size": 10, **(params or {})}, dialect.identifiers(address))
     with psycopg.connect(PG_URL) as conn:  # rolled back on exit: EXPLAIN ANALYZE of a DELETE deletes nothing kept
         [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchall()
         conn.rollback()
@@ -60,6 +65,38 @@ def test_the_locking_subquery_is_an_initplan_run_once(pg, statement, rows, analy
     [lock_rows] = [n for n in nodes if n["Node Type"] == "LockRows"]
     assert lock_rows.get("Parent Relationship") in (None, "Outer") and any(
         n["Node Type"] == "Limit" and lock_rows in list(_nodes(n)) for n in nodes)
+
+
+def _path_to(node: dict, wanted: dict) -> list[dict] | None:
+    """The nodes from ``node`` down to ``wanted`` (both included), or None."""
+    if node is wanted:
+        return [node]
+    for child in node.get("Plans", []):
+        below = _path_to(child, wanted)
+        if below is not None:
+            return [node, *below]
+    return None
+
+
+# the partitioned drain's receive and the delayed movers: the locking subquery is run once, wherever the rest of
+# the statement (a CTE feeding an INSERT, an EXISTS per moved row) puts it
+@pytest.mark.parametrize("statement,params", [
+    ("receive_range", {"first_seq": 1, "last_seq": 10_000_000}),
+    ("move_due_delayed", None),
+    ("move_due_delayed_legacy", None),
+])
+@pytest.mark.parametrize("rows,analyze", [(0, False), (20000, True)])
+def test_every_other_locking_subquery_is_an_initplan_run_once(pg, statement, params, rows, analyze):
+    plan = _plan(pg, statement, rows, analyze, params)
+    [lock_rows] = [n for n in _nodes(plan) if n["Node Type"] == "LockRows"]
+    path = _path_to(plan, lock_rows)
+    relations = [n.get("Parent Relationship") for n in path]
+    assert "InitPlan" in relations, json.dumps(plan, indent=1)
+    above_lock = path[relations.index("InitPlan"):]  # from the InitPlan down to the locking scan
+    assert "SubPlan" not in relations[relations.index("InitPlan"):], json.dumps(plan, indent=1)
+    assert not [n for n in above_lock if "Join" in n["Node Type"] or n["Node Type"] == "Nested Loop"], \
+        json.dumps(plan, indent=1)
+    assert not [n for n in path[:relations.index("InitPlan")] if n.get("Parent Relationship") == "SubPlan"]
 
 
 def test_concurrent_receivers_never_take_more_than_the_batch(pg):

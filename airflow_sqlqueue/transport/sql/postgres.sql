@@ -100,10 +100,11 @@ RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT
 
 -- receive_range --
 -- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s that no other receiver
--- holds, and return them: one partition of a partitioned drain (the range keeps partitions disjoint).
+-- holds, and return them: one partition of a partitioned drain (the range keeps partitions disjoint). The locking
+-- subquery is an InitPlan, run once (see receive_batch).
 DELETE FROM {queue}
-WHERE seq IN (SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
-              ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
+                      ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
 RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- seq_bounds --
@@ -158,11 +159,12 @@ WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE expires <= (statement_timest
 
 -- move_due_delayed --
 -- Move up to %(batch_size)s due delayed messages into the endpoint's input queue, oldest due first, reusing each
--- row's id as upstream's mover does (a new one only if the queue already holds that id); never a NULL body.
+-- row's id as upstream's mover does (a new one only if the queue already holds that id); never a NULL body. The
+-- locking subquery is an InitPlan, run once (see receive_batch).
 WITH due AS (
     DELETE FROM {delayed}
-    WHERE id IN (SELECT id FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
-                 ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+    WHERE id = ANY(ARRAY(SELECT id FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
+                         ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
     RETURNING id, headers, body, due
 )
 INSERT INTO {queue} (id, expires, headers, body)
@@ -175,8 +177,8 @@ FROM due ORDER BY due.due, due.id
 -- migrates it): new Ids, seq order.
 WITH due AS (
     DELETE FROM {delayed}
-    WHERE seq IN (SELECT seq FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
-                  ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED)
+    WHERE seq = ANY(ARRAY(SELECT seq FROM {delayed} WHERE due < (statement_timestamp() AT TIME ZONE 'UTC')
+                          ORDER BY due LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
     RETURNING headers, body, seq
 )
 INSERT INTO {queue} (id, expires, headers, body)
