@@ -151,7 +151,7 @@ def run(db: BenchDb, sizes: Sizes) -> list[Result]:
 
         contestants = {BASELINE: baseline_process(db, concurrency), PROVIDER: provider_process(db, concurrency)}
         results.append(compare(Result(f"drain, no-op handler, concurrency {concurrency}", db.dialect, count),
-                               sizes.repeats, contestants, setup))
+                               sizes.repeats, contestants, setup, settle=db.settle))
     out = db.workdir / "parquet"
     out.mkdir(parents=True, exist_ok=True)
     write_parquet_by_hand([(uuid.uuid4(), 0, False, "{}", b"")], "warm-up", out)  # pyarrow's first write is slow
@@ -164,5 +164,5 @@ def run(db: BenchDb, sizes: Sizes) -> list[Result]:
     contestants = {BASELINE: baseline_to_parquet(db, QUEUE, out, BATCH),
                    PROVIDER: provider_to_parquet(db, QUEUE, out, BATCH)}
     results.append(compare(Result("drain to Parquet, batches of 100", db.dialect, count), sizes.repeats,
-                           contestants, setup_files))
+                           contestants, setup_files, settle=db.settle))
     return results

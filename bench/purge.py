@@ -56,6 +56,6 @@ def run(db: BenchDb, sizes: Sizes) -> list[Result]:
     contestants = {BASELINE: lambda: baseline_delete_by_key(db, keys)(), PROVIDER: provider_purge(db)}
     result = Result(f"purge {sizes.purge:,} expired of {sizes.backlog:,}", db.dialect, sizes.purge, unit="rows",
                     notes={"table_rows": sizes.backlog})
-    compare(result, sizes.repeats, contestants, setup)
+    compare(result, sizes.repeats, contestants, setup, settle=db.settle)
     db.execute("drop_queue", QUEUE)
     return [result]

@@ -88,5 +88,6 @@ def run(db: BenchDb, sizes: Sizes, peer: Pgqueuer | None) -> list[Result]:
                     db.reset(QUEUE)
                     db.fill(QUEUE, count)
 
-            results.append(compare(Result(case, db.dialect, count), sizes.repeats, contestants, setup))
+            results.append(compare(Result(case, db.dialect, count), sizes.repeats, contestants, setup,
+                                   settle=db.settle))
     return results

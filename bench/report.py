@@ -1,12 +1,14 @@
 """Timing and reporting shared by every case: interleaved repeats, medians, ratios, table, JSON and Markdown.
 
 Every figure is a ratio measured in the same run: the provider, its raw-SQL baseline (and the peer, where one
-applies) run one after the other inside each repeat, so the load of a shared machine hits them alike.
+applies) run one after the other inside each repeat, in an order that turns around every repeat, so the load of a
+shared machine and the position in a repeat hit them alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import statistics
 import time
@@ -63,13 +65,24 @@ def timed(work: Callable[[], int], expected: int | None) -> float:
 
 
 def compare(result: Result, repeats: int, contestants: dict[str, Callable[[], int]],
-            setup: Callable[[str], None] | None = None, expected: int | None = None) -> Result:
-    """Run each contestant ``repeats`` times, interleaved, each after a fresh ``setup(who)`` (not timed)."""
+            setup: Callable[[str], None] | None = None, expected: int | None = None,
+            settle: Callable[[], None] | None = None) -> Result:
+    """Run each contestant ``repeats`` times, interleaved, each after a fresh ``setup(who)`` (not timed).
+
+    The order turns around every repeat (A B, B A, A B, ...): whatever the position in a repeat costs (the
+    database flushing what the previous contestant wrote, a warmer cache) falls on each contestant alike.
+    ``settle()`` (not timed) runs after each setup: the database writes out its dirty pages (a checkpoint), so
+    no contestant pays for the one before it. Garbage is collected before each start.
+    """
     expected = result.messages if expected is None else expected
-    for _ in range(repeats):
-        for who, work in contestants.items():
+    order = list(contestants.items())
+    for repeat in range(repeats):
+        for who, work in order if repeat % 2 == 0 else reversed(order):
             if setup is not None:
                 setup(who)
+            if settle is not None:
+                settle()
+            gc.collect()
             result.samples.setdefault(who, []).append(timed(work, expected))
     return result
 

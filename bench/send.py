@@ -82,5 +82,6 @@ def run(db: BenchDb, sizes: Sizes, peer: Pgqueuer | None) -> list[Result]:
             else:
                 db.reset(QUEUE)
 
-        results.append(compare(Result(case, db.dialect, count), sizes.repeats, contestants, setup))
+        results.append(compare(Result(case, db.dialect, count), sizes.repeats, contestants, setup,
+                                   settle=db.settle))
     return results

@@ -26,7 +26,7 @@ class Sizes:
     purge: int = 100_000
     memory: tuple[int, ...] = (100_000, 1_000_000)
     memory_batch: int = 1_000
-    repeats: int = 5
+    repeats: int = 9
     memory_repeats: int = 3
 
 

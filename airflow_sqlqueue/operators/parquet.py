@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport.headers import escape_surrogates
 
 
+@cache
 def batch_schema() -> Any:
     """The columns of a drained batch: id, seq, queue, headers (JSON text), body (binary), received_at (UTC)."""
     import pyarrow as pa
@@ -52,7 +54,7 @@ class ParquetBatchWriter:
 
         now = datetime.now(timezone.utc)
         table = pa.table({
-            "id": [str(m.id) for m in messages],
+            "id": [m.id_text for m in messages],
             "seq": [m.seq for m in messages],
             "queue": [m.queue for m in messages],
             # the Headers column as stored when the message still holds exactly those headers (no re-encoding);

@@ -112,6 +112,8 @@ def _as_upstream(text: str) -> str:
 def escape_surrogates(text: str) -> str:
     """JSON text with lone surrogates written as ``\\uXXXX`` escapes, so it can be encoded as UTF-8 (for output
     made from rows: ``--json``, the dashboard). Valid only on JSON text, where surrogates sit inside strings."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", text)
 
 

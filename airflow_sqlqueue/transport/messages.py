@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,6 +130,14 @@ class ReceivedMessage:
         return value
 
     @property
+    def id_text(self) -> str:
+        """``str(self.id)``, without parsing an id stored as canonical text (lower-case, hyphenated)."""
+        raw = self._id
+        if type(raw) is str and _CANONICAL_UUID(raw) is not None:
+            return raw
+        return str(self.id)
+
+    @property
     def native_id(self) -> Any:
         """The Id column as the driver returned it (for writing the row back unchanged)."""
         return self._id
@@ -152,6 +161,8 @@ class ReceivedMessage:
         size = None if self.body is None else len(self.body)
         return f"ReceivedMessage(id={self.id}, seq={self.seq}, queue={self.queue!r}, body_size={size})"
 
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
 
 #: Namespace of the UUIDs derived from native ids that are not UUIDs.
 NATIVE_ID_NAMESPACE = uuid.UUID("6f1d2a0e-5c3b-4f7a-9d8e-1b2c3d4e5f60")
