@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 _json_loads = json.loads
 _scan_json = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner json.loads ends in, called directly
-_STR_OR_NONE = {str, type(None)}
+_STR_OR_NONE = frozenset({str, type(None)})
 _UUID = uuid.UUID
 _BYTES = bytes
 _STR = str
@@ -157,6 +157,7 @@ class TableQueue:
         messages: list[ReceivedMessage] = []
         settled: list[int] = []
         name = self.name
+        forward, only_text = h.FORWARD_DESTINATION, _STR_OR_NONE.issuperset
         for row in rows:
             raw_id, seq, expired, text, body = row
             try:
@@ -165,8 +166,8 @@ class TableQueue:
                     headers = _json_loads(text)
             except Exception:  # noqa: BLE001 - not JSON, not text, too deep: decided below
                 headers = None
-            if (type(headers) is not _DICT or expired or h.FORWARD_DESTINATION in headers
-                    or not set(map(type, headers.values())) <= _STR_OR_NONE or type(body) is not _BYTES
+            if (type(headers) is not _DICT or expired or forward in headers
+                    or not only_text(map(type, headers.values())) or type(body) is not _BYTES
                     or type(text) is not _STR):
                 message = self._unusual(cursor, row, stats)
                 if message is None:

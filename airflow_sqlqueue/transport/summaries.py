@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from typing import Any
 
 from .queue import ReceiveStats
+
+
+@cache
+def _counted(kind: type) -> tuple[str, ...]:
+    """The fields of a summary class that ``add`` sums (all but ``seconds``)."""
+    return tuple(item.name for item in fields(kind) if item.name != "seconds")
 
 
 class _Counts:
@@ -23,9 +30,8 @@ class _Counts:
 
     def add(self, other: _Counts) -> None:
         """Add another part's counts (not its seconds)."""
-        for item in fields(self):
-            if item.name != "seconds":
-                setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+        for name in _counted(type(self)):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def add_stats(self, stats: ReceiveStats) -> None:
         self.expired += stats.expired

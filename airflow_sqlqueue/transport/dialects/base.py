@@ -87,6 +87,7 @@ class Dialect:
         self.paramstyle = paramstyle
         self.statements: dict[str, Statement] = _load(self.sql_file)
         self._filled: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # (statement, identifiers) -> see _fill
+        self._identifiers: dict[QueueAddress, dict[str, str]] = {}
 
     # -- addresses and identifiers ---------------------------------------------------------------
     def parse_address(self, text: str | QueueAddress) -> QueueAddress:
@@ -120,7 +121,15 @@ class Dialect:
         return QueueAddress(address.table + ".Delayed", address.schema, address.catalog)
 
     def identifiers(self, address: QueueAddress) -> dict[str, str]:
-        """Quoted identifiers for the ``{slots}`` of statements about one queue."""
+        """Quoted identifiers for the ``{slots}`` of statements about one queue (a new dict: the caller's to change)."""
+        known = self._identifiers.get(address)
+        if known is None:
+            known = self._make_identifiers(address)
+            if len(self._identifiers) < MAX_FILLED:
+                self._identifiers[address] = known
+        return dict(known)
+
+    def _make_identifiers(self, address: QueueAddress) -> dict[str, str]:
         delayed = self.delayed_address(address)
         ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed),
                "table": self.qualified(address)}  # statements about a table that is not a queue (subscriptions)
@@ -306,7 +315,7 @@ class Dialect:
 
     def seq_list_param(self, seqs: list[int]) -> Any:
         """A list of positions as one parameter (a JSON array by default; PostgreSQL binds an array)."""
-        return "[" + ",".join(str(int(s)) for s in seqs) + "]"
+        return "[" + ",".join(map(str, map(int, seqs))) + "]"
 
     def move_due_delayed(self, cursor: Any, address: QueueAddress, batch_size: int) -> int:
         """Move due delayed messages of an endpoint into its input queue; return how many moved."""

@@ -173,8 +173,8 @@ class MssqlDialect(Dialect):
         # index names are per table in SQL Server: every queue uses NServiceBus's fixed names
         return {"seq": "Index_RowVersion", "expires": "Index_Expires", "due": "Index_Due"}[kind]
 
-    def identifiers(self, address: QueueAddress) -> dict[str, str]:
-        ids = super().identifiers(address)
+    def _make_identifiers(self, address: QueueAddress) -> dict[str, str]:
+        ids = super()._make_identifiers(address)
         catalog = address.catalog or self.default_catalog
         ids["sys"] = self.quote(catalog) + ".sys" if catalog else "sys"
         return ids
