@@ -1,7 +1,8 @@
 """The databases a run measures: a SQLite file in a temp dir, and a schema of its own on PostgreSQL.
 
 Also what the baselines need by hand: a connection configured as the provider configures its own, the
-statements of ``bench/sql/<dialect>.sql`` with their identifiers quoted, and the backlog fill.
+provider's statements (the same SQL text) and those of ``bench/sql/<dialect>.sql`` with their identifiers quoted,
+and the backlog fill.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
 from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
 
 SQL_DIR = Path(__file__).parent / "sql"
+PROVIDER_SQL_DIR = Path(__file__).parent.parent / "airflow_sqlqueue" / "transport" / "sql"
 #: A typical NServiceBus message: the usual headers and a small JSON body.
 HEADERS = {
     "NServiceBus.MessageId": "0f8fad5b-d9cb-469f-a165-70867728950e",
@@ -38,9 +40,16 @@ def outgoing(count: int) -> list[OutgoingMessage]:
     return [OutgoingMessage(body=BODY, headers=HEADERS) for _ in range(count)]
 
 
+#: The provider's statements the baselines run, taken as they stand in the provider's ``.sql`` files.
+SHARED = ("send", "send_many", "receive_batch", "lock_batch", "delete_by_seqs", "peek")
+
+
 @cache
 def _statements(dialect: str) -> dict[str, Statement]:
-    return parse_statements((SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
+    """The bench's own statements, and the provider's that the baselines run (the same text: they cannot drift)."""
+    own = parse_statements((SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
+    provider = parse_statements((PROVIDER_SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
+    return {**own, **{name: provider[name] for name in SHARED if name in provider}}
 
 
 def quote(name: str) -> str:

@@ -1,50 +1,8 @@
--- The raw-SQL baselines on PostgreSQL: the statements the provider runs, written out by hand (plus the fill
--- and key-delete statements the bench needs). Run with psycopg 3, no provider code. %(name)s is a parameter,
--- {queue} the quoted, schema-qualified table.
-
--- send --
--- One message (same text as the provider's send).
-INSERT INTO {queue} (id, expires, headers, body)
-VALUES (
-    %(id)s::uuid,
-    CASE WHEN %(ttbr_ms)s::bigint IS NULL THEN NULL
-         ELSE (statement_timestamp() AT TIME ZONE 'UTC') + %(ttbr_ms)s::bigint * INTERVAL '1 millisecond' END,
-    %(headers)s,
-    %(body)s)
-
--- send_many --
--- A batch in one statement and one round trip, in list order; arrays bound in binary (the fastest plain SQL
--- we found: COPY ... FORMAT BINARY was no faster for batches of 100 and 1,000).
-INSERT INTO {queue} (id, expires, headers, body)
-SELECT m.id,
-       CASE WHEN m.ttbr_ms IS NULL THEN NULL
-            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + m.ttbr_ms * INTERVAL '1 millisecond' END,
-       m.headers,
-       m.body
-FROM unnest(%(ids)b::uuid[], %(ttbr_ms)b::bigint[], %(headers)b::text[], %(bodies)b::bytea[])
-     WITH ORDINALITY AS m(id, ttbr_ms, headers, body, ord)
-ORDER BY m.ord
-
--- receive_batch --
--- Delete up to %(batch_size)s of the oldest unlocked rows and return them.
-DELETE FROM {queue}
-WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
-RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
-
--- lock_batch --
--- Lock up to %(batch_size)s of the oldest unlocked rows (the handler path deletes them at the end).
-SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
-FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
-
--- delete_by_seqs --
--- Delete rows by key (the handler path's batch delete, and the purge baseline).
-DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
-
--- peek --
--- Depth estimate from both ends of the seq index.
-SELECT COALESCE(
-    (SELECT seq FROM {queue} ORDER BY seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
-  - (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) + 1, 0)
+-- What the raw-SQL baselines on PostgreSQL need besides the provider's own statements: the backlog fill, the
+-- key list of the purge baseline, dropping a queue, VACUUM. The baselines run the provider's statements
+-- (send, receive_batch, lock_batch, delete_by_seqs, peek, send_many) as they stand in
+-- airflow_sqlqueue/transport/sql/postgres.sql: the same text, run by hand with the driver, no provider code.
+-- %(name)s is a parameter, {queue} the quoted table.
 
 -- expired_keys --
 -- Keys of the expired rows (collected before the purge baseline, not timed).
