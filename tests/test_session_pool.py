@@ -70,6 +70,32 @@ def test_a_connection_whose_commit_failed_is_closed_not_reused(db: Db) -> None:
     assert db.sql(f"SELECT id FROM {parent}") == [(1,)]  # noqa: S608 - test table
 
 
+def test_an_idle_connection_never_keeps_a_batch_of_rows(db: Db) -> None:
+    """A transaction's cursor is kept for the next one (its type adaptation stays warm) only when its last result
+    holds at most one row: a batch of received rows is never kept in memory on a connection idle in the pool."""
+    session: Session = db.transport.session
+    queue = db.q("orders")
+    db.transport.create_queue(queue)
+    db.transport.send_many(queue, [b"x"] * 50)
+
+    def kept_cursor() -> Any:
+        [connection] = session._idle
+        entry = session._cursors.get(id(connection))
+        return None if entry is None else entry[1]
+
+    # a claim that locks a batch and ends with the delete of its rows: nothing held, the cursor is kept
+    db.transport.process(queue, lambda message, context: None, batch_size=20, max_messages=20)
+    first = kept_cursor()
+    assert first is not None and first.description is None
+    db.transport.process(queue, lambda message, context: None, batch_size=20, max_messages=20)
+    assert kept_cursor() is first
+    # a receive whose last statement returned the batch (DELETE ... RETURNING): the cursor goes with its rows
+    assert len(db.transport.receive(queue, 10)) == 10
+    assert kept_cursor() is None
+    assert len(db.transport.receive(queue, 10)) == 0  # an empty result holds nothing: kept again
+    assert kept_cursor() is not None
+
+
 def test_a_connection_whose_rollback_failed_is_closed_not_reused(db: Db) -> None:
     session: Session = db.transport.session
     seen: list[Any] = []

@@ -463,3 +463,20 @@ def test_native_ids_are_time_ordered_uuids(queues):
     ids = queues.transport.send_many(queues.q("orders"), [b"a", b"b"])
     assert all(i.version == 7 for i in ids)
     assert {m.id for m in queues.transport.receive(queues.q("orders"), 10)} == set(ids)
+
+
+@pytest.mark.parametrize("stored", [
+    "0f8fad5b-d9cb-469f-a165-70867728950e",             # canonical text (SQLite rows of this provider): as stored
+    "0F8FAD5B-D9CB-469F-A165-70867728950E",             # upper case: the canonical form of the same UUID
+    "{0f8fad5b-d9cb-469f-a165-70867728950e}",           # braces parse as the same UUID
+    uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e"),  # a driver's UUID (psycopg, pymssql)
+    uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e").bytes_le,  # SQL Server's 16 mixed-endian bytes
+    "order-42", "0f8fad5b-d9cb-469f-a165-70867728950g", 42, None,  # loose SQLite ids: a derived UUID's text
+])
+def test_the_id_text_of_a_message_is_the_text_of_its_id(stored):
+    """``id_text`` (what the Parquet files and payloads write) is ``str(message.id)`` for any stored id."""
+    from airflow_sqlqueue.transport.messages import ReceivedMessage
+
+    message = ReceivedMessage(stored, {}, b"", 1)
+    assert message.id_text == str(message.id)
+    assert str(uuid.UUID(message.id_text)) == message.id_text

@@ -204,7 +204,7 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
         seen = {(item["id"], item.get("seq")) for item in spool.items}
 
         def sink(messages: list[ReceivedMessage]) -> int:
-            new = [message_to_dict(m) for m in messages if (str(m.id), m.seq) not in seen]
+            new = [message_to_dict(m) for m in messages if (m.id_text, m.seq) not in seen]
             seen.update((item["id"], item.get("seq")) for item in new)
             spool.add(new)
             return len(new)

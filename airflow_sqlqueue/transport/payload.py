@@ -35,7 +35,7 @@ def to_payload(message: ReceivedMessage, fields: tuple[str, ...] = FIELDS,
     payload: dict[str, Any] = {}
     for name in fields:
         if name == "id":
-            payload["id"] = str(message.id)
+            payload["id"] = message.id_text
         elif name == "headers":
             payload["headers"] = dict(message.headers) if exact else safe_headers(message.headers)
         elif name == "message_id":

@@ -143,9 +143,10 @@ class Session:
     def release_cursor(self, connection: Any, cursor: Any) -> None:
         """A transaction ended: keep its cursor for the next one unless it may hold a large result (a driver keeps
         the last result until the next statement: a batch of rows must not stay in memory on an idle
-        connection)."""
+        connection). A last statement that returned no rows (an insert, the delete that ends a claim) or at most
+        one leaves nothing to hold; a kept cursor also keeps the driver's type adaptation warm."""
         try:
-            small = cursor.rowcount <= 1
+            small = cursor.description is None or cursor.rowcount <= 1
         except Exception:  # noqa: BLE001 - a closed or broken cursor: make a new one next time
             small = False
         if not small:
