@@ -14,8 +14,7 @@ log = logging.getLogger(__name__)
 
 #: One receive transaction of up to n rows; returns (rows that count against the budget, rows taken).
 BatchFunction = Callable[[int], tuple[int, int]]
-#: Longest wait of a receiver that found the queue empty while another batch may still put rows back; it wakes
-#: as soon as a batch in flight ends.
+#: Pause of a receiver that found the queue empty while another batch may still put rows back.
 IDLE_PAUSE = 0.05
 
 
@@ -40,7 +39,7 @@ class ReceiverLoop:
         """Receive until done; return the rows that counted against the budget."""
         check_count(max_messages, "max_messages", minimum=0, allow_none=True)
         check_seconds(max_duration, "max_duration", allow_none=True)
-        lock = threading.Condition()  # notified whenever a batch in flight ends
+        lock = threading.Lock()
         deadline = None if max_duration is None else time.monotonic() + max_duration
         state = {"counted": 0, "reserved": 0, "stop": False}
         errors: list[BaseException] = []
@@ -75,20 +74,18 @@ class ReceiverLoop:
                         with lock:
                             state["reserved"] -= n
                             state["counted"] += counted
-                            lock.notify_all()
                     if taken == 0 and stop_when_empty:
                         with lock:
-                            # empty for us; but a batch in flight may still put rows back (retries): wait for
-                            # it to end (checked and waited under one lock: its end cannot be missed), then look again
-                            if state["reserved"] == 0:
+                            # empty for us; but a batch in flight may still put rows back (retries)
+                            idle = state["reserved"] == 0
+                            if idle:
                                 state["stop"] = True
-                                lock.notify_all()
-                                return
-                            lock.wait(IDLE_PAUSE)
+                        if idle:
+                            return
+                        time.sleep(IDLE_PAUSE)
             except BaseException as exc:  # surfaced to the caller after the other receivers stop
                 with lock:
                     state["stop"] = True
-                    lock.notify_all()
                 errors.append(exc)
 
         if self.concurrency == 1:
