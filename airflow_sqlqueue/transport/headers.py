@@ -121,7 +121,7 @@ def printable(value: Any) -> Any:
     """``value`` (text, or dicts and lists of it) with lone surrogates shown as ``\\uXXXX`` text, so that it can
     be printed or sent as UTF-8 (header values read from rows may hold them: ``"\\ud800"`` parses to one)."""
     if isinstance(value, str):
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04X}", value) if _SURROGATE.search(value) else value
+        return escape_surrogates(value)
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -203,10 +203,11 @@ def format_wire_time(moment: datetime | None = None) -> str:
         micros = _time_ns() // 1000
         seconds, fraction = divmod(micros, 1_000_000)
         minute, second = divmod(seconds, 60)
+        global _minute_prefix
         at, prefix = _minute_prefix
         if at != minute:
             prefix = _format_minute(datetime.fromtimestamp(minute * 60, timezone.utc))
-            _set_minute_prefix(minute, prefix)
+            _minute_prefix = (minute, prefix)
         return f"{prefix}{second:02d}:{fraction:06d} Z"
     moment = moment.astimezone(timezone.utc)
     return f"{_format_minute(moment)}{moment.second:02d}:{moment.microsecond:06d} Z"
@@ -218,11 +219,6 @@ def _format_minute(moment: datetime) -> str:
 
 _time_ns = time.time_ns
 _minute_prefix: tuple[int, str] = (-1, "")  # the current minute's text (one tuple: replaced whole)
-
-
-def _set_minute_prefix(minute: int, prefix: str) -> None:
-    global _minute_prefix
-    _minute_prefix = (minute, prefix)
 
 
 def parse_wire_time(text: str) -> datetime:

@@ -94,20 +94,22 @@ _GIVE_UP_AFTER = 64
 
 
 class _Template:
-    """One set of own headers serialized with placeholders for the native Id and ``TimeSent``; ``pieces`` is that
-    text for the latest time, split around the Id placeholder (one tuple, replaced whole: safe across threads)."""
+    """One set of own headers serialized with placeholders for the native Id and ``TimeSent``; ``current`` holds
+    that text for the latest time, split around the Id placeholder (one tuple, replaced whole: safe across
+    threads)."""
 
-    __slots__ = ("generic", "time_placeholder", "current")
+    __slots__ = ("generic", "id_placeholder", "time_placeholder", "current")
 
-    def __init__(self, generic: str, time_placeholder: str) -> None:
+    def __init__(self, generic: str, id_placeholder: str, time_placeholder: str) -> None:
         self.generic = generic
+        self.id_placeholder = id_placeholder
         self.time_placeholder = time_placeholder
         self.current: tuple[str, list[str]] = ("", [])
 
-    def fill(self, native_id: str, time_sent: str, id_placeholder: str) -> str:
+    def fill(self, native_id: str, time_sent: str) -> str:
         at, pieces = self.current
         if at != time_sent:
-            pieces = self.generic.replace(self.time_placeholder, time_sent).split(id_placeholder)
+            pieces = self.generic.replace(self.time_placeholder, time_sent).split(self.id_placeholder)
             self.current = (time_sent, pieces)
         return pieces[0] if len(pieces) == 1 else native_id.join(pieces)
 
@@ -154,7 +156,7 @@ class BatchHeaders:
             if template is not _MISSING:
                 self._hits += 1
                 if template is not None:
-                    return template.fill(native_id, time_sent, self._id_placeholder)
+                    return template.fill(native_id, time_sent)
             elif key is not None and key not in self._seen and len(self._seen) < _MAX_TEMPLATES:
                 self._seen.add(key)  # first sight: serialized directly below; a second one makes the template
             elif key is not None:
@@ -165,7 +167,7 @@ class BatchHeaders:
                     self._seen.clear()
                 self._templates[key] = template
                 if template is not None:
-                    return template.fill(native_id, time_sent, self._id_placeholder)
+                    return template.fill(native_id, time_sent)
         return h.serialize_headers({**self._defaults(own, native_id, content_type, time_sent), **own})
 
     def _defaults(self, own: Mapping[str, str | None], native_id: str, content_type: str | None,
@@ -187,4 +189,4 @@ class BatchHeaders:
             placed = sum(value == placeholder for key, value in defaults.items() if key not in own)
             if text.count(placeholder) != placed:  # the caller's own headers hold it too: no template
                 return None
-        return _Template(text, self._time_placeholder)
+        return _Template(text, self._id_placeholder, self._time_placeholder)

@@ -162,9 +162,6 @@ class SqliteDialect(Dialect):
                                         ("create_queue_expires_index",)))
         return findings
 
-    def id_param(self, value: uuid.UUID) -> Any:
-        return str(value)
-
     def is_deadlock(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
