@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 #: One receive transaction of up to n rows; returns (rows that count against the budget, rows taken).
 BatchFunction = Callable[[int], tuple[int, int]]
-#: Pause of a receiver that found the queue empty while another batch may still put rows back.
+#: Longest wait of a receiver that found the queue empty while other batches are in flight (they may put rows
+#: back); it wakes as soon as none is.
 IDLE_PAUSE = 0.05
 
 
@@ -40,6 +41,7 @@ class ReceiverLoop:
         check_count(max_messages, "max_messages", minimum=0, allow_none=True)
         check_seconds(max_duration, "max_duration", allow_none=True)
         lock = threading.Lock()
+        settled = threading.Condition(lock)  # notified when no batch is in flight
         deadline = None if max_duration is None else time.monotonic() + max_duration
         state = {"counted": 0, "reserved": 0, "stop": False}
         errors: list[BaseException] = []
@@ -74,18 +76,23 @@ class ReceiverLoop:
                         with lock:
                             state["reserved"] -= n
                             state["counted"] += counted
+                            if state["reserved"] == 0:
+                                settled.notify_all()
                     if taken == 0 and stop_when_empty:
                         with lock:
-                            # empty for us; but a batch in flight may still put rows back (retries)
-                            idle = state["reserved"] == 0
-                            if idle:
+                            # empty for us; but a batch in flight may still put rows back (retries): wait until
+                            # none is, then receive once more. Only an empty receive with nothing in flight
+                            # stops the loop, so idle receivers never wake each other into a loop of empty
+                            # receives (they wake once, when the last batch in flight ends).
+                            if state["reserved"] == 0:
                                 state["stop"] = True
-                        if idle:
-                            return
-                        time.sleep(IDLE_PAUSE)
+                                settled.notify_all()
+                                return
+                            settled.wait_for(lambda: state["reserved"] == 0 or state["stop"], IDLE_PAUSE)
             except BaseException as exc:  # surfaced to the caller after the other receivers stop
                 with lock:
                     state["stop"] = True
+                    settled.notify_all()
                 errors.append(exc)
 
         if self.concurrency == 1:
