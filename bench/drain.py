@@ -115,7 +115,9 @@ def provider_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) ->
 
 
 def baseline_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) -> Callable[[], int]:
-    """By hand: DELETE ... RETURNING a batch, write its file, commit."""
+    """By hand: DELETE ... RETURNING a batch, read each row's headers (a drain must know a row is a message:
+    not expired, readable, not to be forwarded; the provider's drain reads them to sort rows out), write the
+    batch's file, commit."""
     import pyarrow.parquet  # noqa: F401 - imported now, not on the clock
 
     receive = db.sql("receive_batch", queue)
@@ -129,6 +131,8 @@ def baseline_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) ->
             while True:
                 db.begin(cur)
                 rows = cur.execute(receive, {"batch_size": batch}).fetchall()
+                for row in rows:
+                    json.loads(row[3])
                 if rows:
                     write_parquet_by_hand(rows, db.address(queue), directory)
                 conn.commit()

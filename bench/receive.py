@@ -46,7 +46,10 @@ def provider_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
 def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], int]:
     """The same DELETE ... RETURNING by hand, committed per statement, one connection per receiver.
 
-    Like any receiver, it parses each message's Headers JSON (one ``json.loads``; no validation).
+    Like any receiver, it parses each message's Headers JSON (one ``json.loads``; no validation) and hands the
+    batch back: each row with its headers, held until the next receive, as the provider's list of messages is.
+    (A loop that drops each parse at once reuses one dict's memory and never holds a batch: 2.2-2.5 µs a message
+    less on PostgreSQL, measured in pairs of batches; no receive can return that.)
     """
     sql = db.sql("receive_batch", QUEUE)
 
@@ -59,8 +62,7 @@ def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
                 db.begin(cur)
                 rows = cur.execute(sql, {"batch_size": batch}).fetchall()
                 conn.commit()
-                for row in rows:
-                    json.loads(row[3])
+                received = [(row, json.loads(row[3])) for row in rows]  # noqa: F841 - the batch handed back
                 if not rows:
                     return done
                 done += len(rows)
