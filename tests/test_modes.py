@@ -500,3 +500,44 @@ def test_process_argument_checks(queues):
     for kwargs in ({"batch_size": 0}, {"concurrency": 0}, {"immediate_retries": -1}, {"mode": "bogus"}):
         with pytest.raises(ValueError):
             t.process(q, lambda m, c: None, **kwargs)
+
+
+class _Deadlock(Exception):
+    """What the database raises for a deadlock (SQLite: "database is locked"; PostgreSQL: SQLSTATE 40P01)."""
+
+    sqlstate = "40P01"
+
+    def __init__(self) -> None:
+        super().__init__("database is locked (deadlock detected)")
+
+
+@pytest.mark.parametrize("mode", HELD)
+def test_a_batch_rolled_back_and_taken_again_counts_its_messages_once(queues, mode, monkeypatch):
+    """A deadlock in the middle of a batch rolls it back; the loop takes the same rows again. Each message counts
+    once as received; the run keeps no position of a message that left the queue."""
+    t, q = queues.transport, queues.q("orders")
+    if queues.kind == "sqlite":
+        import sqlite3 as driver
+
+        deadlock: Exception = driver.OperationalError("database is locked")
+    else:
+        deadlock = _Deadlock()
+    ids = t.send_many(q, [b"A", b"B", b"C"])
+    handled: list[uuid.UUID] = []
+
+    def handler(message, context):
+        handled.append(message.id)
+        if len(handled) == 2:
+            raise deadlock  # the database's failure, not the handler's: the whole batch is taken again
+
+    strategies = []
+    from airflow_sqlqueue.transport import pump
+
+    real = pump.strategy_for
+    monkeypatch.setattr(pump, "strategy_for", lambda *a, **k: strategies.append(real(*a, **k)) or strategies[-1])
+    summary = t.process(q, handler, mode=mode, batch_size=10)
+    assert handled == [ids[0], ids[1], ids[0], ids[1], ids[2]]
+    # the rolled-back batch's counts are dropped (counts are kept once a batch commits): 3 received, 3 deliveries
+    assert (summary.received, summary.deliveries, summary.succeeded, summary.failed) == (3, 3, 3, 0)
+    assert rows(queues, "orders") == []
+    assert strategies and strategies[0]._returned == set()  # nothing kept for messages that left

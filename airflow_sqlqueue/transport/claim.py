@@ -59,6 +59,8 @@ class Claim:
         self.acked = 0
         self.rejected = 0
         self.released = 0
+        #: Positions of the released messages (back in the queue once the claim ends).
+        self.released_seqs: list[int] = []
         self._tx: Transaction | None = None
         self._done: list[int] = []
         self._pending: dict[int, ReceivedMessage] = {}
@@ -166,8 +168,10 @@ class Claim:
             if self.take:
                 raise SqlQueueError("a claim opened with take=True deleted its rows already: it cannot release one; "
                                     "abandon the claim to return every row")
-            if self._settle(message) is not None:
+            found = self._settle(message)
+            if found is not None:
                 self.released += 1
+                self.released_seqs.append(found.seq)
 
     def _settle(self, message: ReceivedMessage | int) -> ReceivedMessage | None:
         self._open()

@@ -275,17 +275,32 @@ class ReceiveStrategy:
         self.mode = mode
         self.transport = transport
         self.dialect: Dialect = session.dialect
-        self._seen: set[int] = set()
-        self._seen_lock = threading.Lock()
+        # positions of messages this run received that went back to the queue (released, or in a batch that
+        # rolled back): taken again, they are deliveries, not new messages. Only those are kept, so a long run
+        # holds as many positions as it has messages waiting for another attempt, not one per message handled.
+        self._returned: set[int] = set()
+        self._returned_lock = threading.Lock()
 
-    def count_rows(self, claim: Claim, part: ProcessSummary) -> None:
-        """Count a claim's rows: every one as a delivery, the messages not seen before in this run as received."""
+    def count_rows(self, claim: Claim, part: ProcessSummary) -> list[int]:
+        """Count a claim's rows: every one as a delivery, the messages not received before in this run as
+        received. Returns the positions of the messages received before (give them to ``returned`` if the batch
+        rolls back: its counts are dropped, and they are in the queue again)."""
         part.deliveries = claim.locked
-        seqs = [m.seq for m in claim.messages]
-        with self._seen_lock:
-            new = [seq for seq in seqs if seq not in self._seen]
-            self._seen.update(new)
-        part.received = claim.locked - len(seqs) + len(new)
+        again: list[int] = []
+        if self._returned:
+            with self._returned_lock:
+                returned = self._returned
+                again = [message.seq for message in claim.messages if message.seq in returned]
+                returned.difference_update(again)
+        part.received = claim.locked - len(again)
+        return again
+
+    def returned(self, seqs: list[int]) -> None:
+        """The messages at these positions, counted as received, went back to the queue: when they are taken again
+        they are deliveries, not new messages."""
+        if seqs:
+            with self._returned_lock:
+                self._returned.update(seqs)
 
     def batch(self, count: int, summary: ProcessSummary) -> None:
         """Receive up to ``count`` rows and handle them; add what happened to ``summary`` once it is final."""
@@ -342,22 +357,30 @@ class HeldBatch(ReceiveStrategy):
         part = ProcessSummary()
         finished: list[ReceivedMessage] = []
         handled: list[ReceivedMessage] = []
-        with Claim(self.session, self.queue).open(count) as claim:
-            self.count_rows(claim, part)
-            part.add_stats(claim.stats)
-            sends = self.send_policy(claim)
-            context = self._context(claim, sends)
-            retried_before = bool(self.recoverability.failures)  # messages that failed in an earlier batch
-            for message in claim.messages:
-                if retried_before or self.marks:
-                    if self._handle(claim, context, sends, message, part):
-                        finished.append(message)
-                elif self._handle_first(claim, context, sends, message, part):
-                    handled.append(message)
-            claim.ack_many(handled)  # the handled ones leave with the batch (acked here: one lock, one pass)
-            part.succeeded += len(handled)
-            sends.flush()
+        again: list[int] = []
+        try:
+            with Claim(self.session, self.queue).open(count) as claim:
+                again = self.count_rows(claim, part)
+                part.add_stats(claim.stats)
+                sends = self.send_policy(claim)
+                context = self._context(claim, sends)
+                retried_before = bool(self.recoverability.failures)  # messages that failed in an earlier batch
+                for message in claim.messages:
+                    if retried_before or self.marks:
+                        if self._handle(claim, context, sends, message, part):
+                            finished.append(message)
+                    elif self._handle_first(claim, context, sends, message, part):
+                        handled.append(message)
+                claim.ack_many(handled)  # the handled ones leave with the batch (acked here: one lock, one pass)
+                part.succeeded += len(handled)
+                sends.flush()
+        except BaseException:
+            # rolled back and its counts dropped: the messages received in this batch for the first time count
+            # as received when taken again; those received before are still "received before"
+            self.returned(again)
+            raise
         # committed: only now are the counts and the failure bookkeeping true
+        self.returned(claim.released_seqs)
         if finished:
             self.recoverability.forget_many(finished)
         summary.add(part)
