@@ -125,8 +125,9 @@ class BenchDb:
         return sql
 
     def seqs(self, keys: list[int]) -> Any:
-        """A list of keys as one parameter: an array (PostgreSQL) or a JSON array (SQLite)."""
-        return keys if self.dialect == "postgres" else json.dumps(keys)
+        """A list of keys as one parameter, bound the fastest plain way: an array literal as text (PostgreSQL; a
+        Python list costs the driver about 1 µs an element to adapt) or a JSON array (SQLite)."""
+        return "{" + ",".join(map(str, keys)) + "}" if self.dialect == "postgres" else json.dumps(keys)
 
     def execute(self, statement: str, name: str, params: dict[str, Any] | None = None) -> list[tuple]:
         """Run one bench statement in its own transaction (setup work, not timed); return its rows."""

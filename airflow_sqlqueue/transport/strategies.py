@@ -364,13 +364,12 @@ class HeldBatch(ReceiveStrategy):
                 part.add_stats(claim.stats)
                 sends = self.send_policy(claim)
                 context = self._context(claim, sends)
-                retried_before = bool(self.recoverability.failures)  # messages that failed in an earlier batch
-                for message in claim.messages:
-                    if retried_before or self.marks:
+                if self.marks or self.recoverability.failures:  # marks, or messages failed in an earlier batch
+                    for message in claim.messages:
                         if self._handle(claim, context, sends, message, part):
                             finished.append(message)
-                    elif self._handle_first(claim, context, sends, message, part):
-                        handled.append(message)
+                else:
+                    self._handle_first(claim, context, sends, part, handled)
                 claim.ack_many(handled)  # the handled ones leave with the batch (acked here: one lock, one pass)
                 part.succeeded += len(handled)
                 sends.flush()
@@ -385,22 +384,24 @@ class HeldBatch(ReceiveStrategy):
             self.recoverability.forget_many(finished)
         summary.add(part)
 
-    def _handle_first(self, claim: Claim, context: HandlerContext, sends: SendPolicy, message: ReceivedMessage,
-                      part: ProcessSummary) -> bool:
-        """Handle a message with no failures counted in earlier batches; return True when it succeeded (the
-        caller acks it), False when its failure was decided here (released, delayed or rejected)."""
-        try:
+    def _handle_first(self, claim: Claim, context: HandlerContext, sends: SendPolicy, part: ProcessSummary,
+                      handled: list[ReceivedMessage]) -> None:
+        """Handle a batch none of whose messages failed in an earlier batch: the ones that succeed go to
+        ``handled`` (the caller acks them at once); a failure is decided here (released, delayed or rejected)."""
+        handler, done, retry_header = self.handler, sends.message_done, h.RETRY_UNIQUE_MESSAGE_ID
+        for message in claim.messages:
             context.message = message
-            self.handler(message, context)
-            if h.RETRY_UNIQUE_MESSAGE_ID in message.headers:
-                acknowledge_retry(sends, self.queue, message)
-        except Exception as exc:
-            if self._is_infrastructure(exc):
-                raise
-            self._failed(claim, sends, message, exc, part)
-            return False
-        sends.message_done(True)
-        return True
+            try:
+                handler(message, context)
+                if retry_header in message.headers:
+                    acknowledge_retry(sends, self.queue, message)
+            except Exception as exc:
+                if self._is_infrastructure(exc):
+                    raise
+                self._failed(claim, sends, message, exc, part)
+                continue
+            done(True)
+            handled.append(message)
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
         return HandlerContext(self.transport, self.mode, sends, queue=self.queue)

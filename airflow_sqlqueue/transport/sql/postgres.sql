@@ -135,7 +135,7 @@ DELETE FROM {queue} WHERE seq = %(seq)s
 DELETE FROM {queue} WHERE id = %(id)s
 
 -- delete_by_seqs --
--- Delete the locked rows a batch finished with, in one statement (%(seqs)s is an integer array).
+-- Delete the locked rows a batch finished with, in one statement (%(seqs)s: an integer array literal, '{1,2,3}').
 DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
 
 -- peek --
