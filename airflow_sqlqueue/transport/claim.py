@@ -124,19 +124,6 @@ class Claim:
                 if not self.take:
                     self._done.append(found.seq)
 
-    def ack_many(self, messages: list[ReceivedMessage]) -> None:
-        """Ack these messages (the unsettled ones among them)."""
-        if not messages:
-            return
-        with self._lock:
-            self._open()
-            pending, done = self._pending, self._done
-            for message in messages:
-                if pending.pop(message.seq, None) is not None:
-                    self.acked += 1
-                    if not self.take:
-                        done.append(message.seq)
-
     def ack_all(self) -> None:
         """Ack every unsettled message."""
         with self._lock:

@@ -356,7 +356,6 @@ class HeldBatch(ReceiveStrategy):
     def batch(self, count: int, summary: ProcessSummary) -> None:
         part = ProcessSummary()
         finished: list[ReceivedMessage] = []
-        handled: list[ReceivedMessage] = []
         again: list[int] = []
         try:
             with Claim(self.session, self.queue).open(count) as claim:
@@ -369,9 +368,10 @@ class HeldBatch(ReceiveStrategy):
                         if self._handle(claim, context, sends, message, part):
                             finished.append(message)
                 else:
-                    self._handle_first(claim, context, sends, part, handled)
-                claim.ack_many(handled)  # the handled ones leave with the batch (acked here: one lock, one pass)
-                part.succeeded += len(handled)
+                    self._handle_first(claim, context, sends, part)
+                    # every failure was settled as it happened: what is unsettled now was handled
+                    part.succeeded += claim.unsettled
+                    claim.ack_all()
                 sends.flush()
         except BaseException:
             # rolled back and its counts dropped: the messages received in this batch for the first time count
@@ -384,10 +384,9 @@ class HeldBatch(ReceiveStrategy):
             self.recoverability.forget_many(finished)
         summary.add(part)
 
-    def _handle_first(self, claim: Claim, context: HandlerContext, sends: SendPolicy, part: ProcessSummary,
-                      handled: list[ReceivedMessage]) -> None:
-        """Handle a batch none of whose messages failed in an earlier batch: the ones that succeed go to
-        ``handled`` (the caller acks them at once); a failure is decided here (released, delayed or rejected)."""
+    def _handle_first(self, claim: Claim, context: HandlerContext, sends: SendPolicy, part: ProcessSummary) -> None:
+        """Handle a batch none of whose messages failed in an earlier batch. A failure is settled here (released,
+        delayed or rejected); the messages that succeed are left unsettled for the caller to ack all at once."""
         handler, done, retry_header = self.handler, sends.message_done, h.RETRY_UNIQUE_MESSAGE_ID
         for message in claim.messages:
             context.message = message
@@ -401,7 +400,6 @@ class HeldBatch(ReceiveStrategy):
                 self._failed(claim, sends, message, exc, part)
                 continue
             done(True)
-            handled.append(message)
 
     def _context(self, claim: Claim, sends: SendPolicy) -> HandlerContext:
         return HandlerContext(self.transport, self.mode, sends, queue=self.queue)
