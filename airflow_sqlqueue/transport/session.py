@@ -145,8 +145,8 @@ class Session:
         the last result until the next statement: a batch of rows must not stay in memory on an idle
         connection). A last statement that returned no rows (an insert, the delete that ends a claim) or at most
         one leaves nothing to hold; a kept cursor also keeps the driver's type adaptation warm."""
-        try:
-            small = cursor.description is None or cursor.rowcount <= 1
+        try:  # rowcount first: a driver may build the description anew at each read (psycopg: 5 objects)
+            small = cursor.rowcount <= 1 or cursor.description is None
         except Exception:  # noqa: BLE001 - a closed or broken cursor: make a new one next time
             small = False
         if not small:
