@@ -339,6 +339,24 @@ def test_health_samples_are_recorded_and_read_back(transport: SqlQueueTransport,
     assert abs((samples[0]["sampled_at"] - now).total_seconds()) < 1  # datetime2 round trip, not a timing
 
 
+def test_sent_position_reads_the_identity_and_ignores_receives(transport: SqlQueueTransport, names: Names) -> None:
+    """The identity's last value, for the dashboard's sent/min: None before the first send (as on the other
+    databases), then the last RowVersion handed out, which receives never lower. Names needing brackets work."""
+    odd = QueueAddress(f"{names('sentpos_plain')[:-len('_plain')]} ]odd")
+    try:
+        for queue in (names("sentpos_plain"), transport.name(odd)):
+            transport.create_queue(queue)
+            assert transport.sent_position(queue) is None
+            transport.send_many(queue, [b"a", b"b", b"c"])
+            assert transport.sent_position(queue) == 3
+            assert len(_take_all(transport, queue)) == 3
+            assert transport.peek(queue) == 0 and transport.sent_position(queue) == 3
+            transport.send(queue, b"d")
+            assert transport.sent_position(queue) == 4
+    finally:
+        drop_tables([odd])
+
+
 def test_dashboard_statements(transport: SqlQueueTransport, names: Names) -> None:
     """What the dashboard runs: error-queue groups, retry and delete of failed messages, depth and age."""
     queue = names("dash")

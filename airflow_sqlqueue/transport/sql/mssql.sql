@@ -284,9 +284,10 @@ SELECT COALESCE(MAX(RowVersion) - MIN(RowVersion) + 1, 0)
 FROM {queue} WITH (READPAST, READCOMMITTEDLOCK)
 
 -- sent_position --
--- The last RowVersion the identity handed out (the seed before the first send): how many messages were ever
--- sent to the queue, whatever was received since. Two readings a minute apart give the send rate.
-SELECT CAST(IDENT_CURRENT(%(qualified_name)s) AS bigint)
+-- The last RowVersion the identity handed out (NULL before the first send; IDENT_CURRENT would give the seed
+-- there, the same as after one send): how many messages were ever sent to the queue, whatever was received
+-- since. Two readings a minute apart give the send rate.
+SELECT CAST(last_value AS bigint) FROM sys.identity_columns WHERE object_id = OBJECT_ID(%(qualified_name)s)
 
 -- purge_expired --
 -- Delete up to %(batch_size)s expired rows by RowVersion (not by Expires, to avoid deadlocks with receivers); READPAST on both sides: rows a receiver holds are skipped, never waited for.
