@@ -44,7 +44,8 @@ class ProcessSummary(_Counts):
     """Counts of one processing run.
 
     ``received`` messages taken (each once, however many times it was delivered); ``deliveries`` rows taken (a
-    message retried in a later batch counts again); ``succeeded`` handled; ``failed`` moved to the error queue
+    message retried in a later batch counts again; a batch that rolled back, as on a deadlock, counts nothing:
+    its rows are taken again); ``succeeded`` handled; ``failed`` moved to the error queue
     after retries; ``delayed`` sent to the delayed table for a delayed retry; ``lost`` failed in mode NONE
     (at-most-once); ``retries`` failed attempts that were retried at once; ``expired``, ``poison``,
     ``forwarded`` rows settled on receive.
