@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from . import drain, memory, peek, purge, receive, send
-from .databases import BenchDb
+from .databases import DEFAULT_PG_URL, BenchDb
 from .peer import Pgqueuer
 from .report import Result, load_results, text_table, write_outputs
 from .sizes import QUICK, Sizes
 from .targets import check
 
 CASES = ("send", "receive", "drain", "peek", "purge", "memory")
-DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -8,6 +8,7 @@ and the backlog fill.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -19,6 +20,8 @@ from typing import Any
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
 from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
 
+#: The PostgreSQL database of a run (``--pg-url`` overrides it).
+DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SQL_DIR = Path(__file__).parent / "sql"
 PROVIDER_SQL_DIR = Path(__file__).parent.parent / "airflow_sqlqueue" / "transport" / "sql"
 #: A typical NServiceBus message: the usual headers and a small JSON body.

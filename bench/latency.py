@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .databases import DEFAULT_PG_URL
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-bench-airflow-"))
 
-DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SETUPS = ("push", "poll, idle back-off", "poll, no back-off")
 
 

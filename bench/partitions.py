@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .databases import BenchDb
+from .databases import DEFAULT_PG_URL, BenchDb
 
 QUEUE = "partitioned"
-DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from tests.conftest import _PG_SKIP
+from tests.conftest import _PG_SKIP, PG_URL
 
 #: Rows each dialect must produce: 3 send, 4 receive, 3 drain, 2 peek, 1 purge, 1 memory (one count: each
 #: memory drain is a child process that imports Airflow, the slow part of this test).
@@ -52,3 +52,18 @@ def test_partitioned_drain_bench_counts_every_message(tmp_path: Path) -> None:
     assert [(r["tasks"], r["messages"]) for r in rows] == [(1, 3000), (2, 3000)]
     assert all(r["files"] >= 6 and len(r["per_task_seconds"]) == r["tasks"] for r in rows)
     assert "ratio to 1 task" in (tmp_path / "partitions.md").read_text()
+
+
+@pytest.mark.parametrize("case", ["receive", "drain"])
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_paired_batches_take_every_message_between_the_two(case: str, dialect: str) -> None:
+    """``python -m bench.paired``: provider and baseline take turns on one backlog; between them they take every
+    message once, each about half (they alternate batches of 100)."""
+    if dialect == "postgres" and _PG_SKIP is not None:
+        pytest.skip(str(_PG_SKIP))
+    from bench.paired import run
+
+    result = run(case, dialect, 1_000, PG_URL)
+    assert result["taken"]["provider"] + result["taken"]["baseline"] == 1_000
+    assert result["taken"]["provider"] == 500 and result["taken"]["baseline"] == 500
+    assert result["ratio"] > 0 and result["provider_cpu_us"] > 0
