@@ -40,27 +40,36 @@ def provider_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
     return work
 
 
+def baseline_batch(db: BenchDb, queue: str, conn: Any) -> Callable[[], int]:
+    """One batch by hand on ``conn``: lock a batch (SKIP LOCKED), parse each row's headers and call the handler,
+    delete the batch by key, commit; returns the rows it took."""
+    lock, delete = db.sql("lock_batch", queue), db.sql("delete_by_seqs", queue)
+    cur = conn.cursor()
+
+    def batch() -> int:
+        db.begin(cur)
+        rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
+        for row in rows:
+            noop(row, json.loads(row[3]))
+        if rows:
+            cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
+        conn.commit()
+        return len(rows)
+
+    return batch
+
+
 def baseline_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
-    """By hand: lock a batch (SKIP LOCKED), parse each row's headers and call the handler, delete the batch by
-    key, commit."""
-    lock, delete = db.sql("lock_batch", QUEUE), db.sql("delete_by_seqs", QUEUE)
+    """By hand: ``baseline_batch`` until the queue is empty, one connection per receiver."""
 
     def receiver() -> int:
         conn = db.connect()
         done = 0
         try:
-            cur = conn.cursor()
-            while True:
-                db.begin(cur)
-                rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
-                for row in rows:
-                    noop(row, json.loads(row[3]))
-                if rows:
-                    cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
-                conn.commit()
-                if not rows:
-                    return done
-                done += len(rows)
+            batch = baseline_batch(db, QUEUE, conn)
+            while taken := batch():
+                done += taken
+            return done
         finally:
             conn.close()
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .databases import DEFAULT_PG_URL, BenchDb
-from .drain import BATCH, noop
+from .drain import BATCH, baseline_batch, noop
 from .sizes import Sizes
 
 
@@ -73,26 +73,13 @@ def drain_pair(db: BenchDb, transport: Any, queue: str) -> tuple[Callable[[], in
     from airflow_sqlqueue.transport.summaries import ProcessSummary
 
     pump = transport.pump(db.address(queue), noop, batch_size=BATCH)
-    lock, delete = db.sql("lock_batch", queue), db.sql("delete_by_seqs", queue)
-    conn = db.connect()
-    cur = conn.cursor()
 
     def provider() -> int:
         part = ProcessSummary()
         pump.strategy.batch(BATCH, part)
         return part.deliveries
 
-    def baseline() -> int:
-        db.begin(cur)
-        rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
-        for row in rows:
-            noop(row, json.loads(row[3]))
-        if rows:
-            cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
-        conn.commit()
-        return len(rows)
-
-    return provider, baseline
+    return provider, baseline_batch(db, queue, db.connect())
 
 
 PAIRS = {"receive": receive_pair, "drain": drain_pair}
