@@ -58,7 +58,6 @@ class Claim:
         self.locked = 0
         self.acked = 0
         self.rejected = 0
-        self.released = 0
         #: Positions of the released messages (back in the queue once the claim ends).
         self.released_seqs: list[int] = []
         self._tx: Transaction | None = None
@@ -104,6 +103,11 @@ class Claim:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def released(self) -> int:
+        """Messages released (left in the queue)."""
+        return len(self.released_seqs)
 
     @property
     def unsettled(self) -> int:
@@ -157,7 +161,6 @@ class Claim:
                                     "abandon the claim to return every row")
             found = self._settle(message)
             if found is not None:
-                self.released += 1
                 self.released_seqs.append(found.seq)
 
     def _settle(self, message: ReceivedMessage | int) -> ReceivedMessage | None:
