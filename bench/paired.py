@@ -15,13 +15,14 @@ commit. One receiver: concurrency is what ``python -m bench`` measures.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
 from .databases import DEFAULT_PG_URL, BenchDb
 from .drain import BATCH, baseline_batch, noop
+from .receive import baseline_receive_batch
 from .sizes import Sizes
 
 
@@ -47,28 +48,20 @@ class Tally:
         return self.wall / n * 1e6, self.cpu / n * 1e6
 
 
-def receive_pair(db: BenchDb, transport: Any, queue: str) -> tuple[Callable[[], int], Callable[[], int]]:
-    """The provider's batched receive and the receive baseline's batch (rows and parsed headers held)."""
-    address, sql = db.address(queue), db.sql("receive_batch", queue)
-    conn = db.connect()
-    cur = conn.cursor()
+def receive_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Callable[[], int], Callable[[], int]]:
+    """The provider's batched receive (its list held until the next, as a caller holds it) and the receive
+    baseline's batch."""
+    address = db.address(queue)
     held: list[Any] = []
 
     def provider() -> int:
         held[:] = transport.receive(address, BATCH)
         return len(held)
 
-    def baseline() -> int:
-        db.begin(cur)
-        rows = cur.execute(sql, {"batch_size": BATCH}).fetchall()
-        conn.commit()
-        held[:] = [(row, json.loads(row[3])) for row in rows]
-        return len(rows)
-
-    return provider, baseline
+    return provider, baseline_receive_batch(db, queue, conn, BATCH)
 
 
-def drain_pair(db: BenchDb, transport: Any, queue: str) -> tuple[Callable[[], int], Callable[[], int]]:
+def drain_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Callable[[], int], Callable[[], int]]:
     """One batch of the handler pump and one of the drain baseline."""
     from airflow_sqlqueue.transport.summaries import ProcessSummary
 
@@ -79,7 +72,7 @@ def drain_pair(db: BenchDb, transport: Any, queue: str) -> tuple[Callable[[], in
         pump.strategy.batch(BATCH, part)
         return part.deliveries
 
-    return provider, baseline_batch(db, queue, db.connect())
+    return provider, baseline_batch(db, queue, conn)
 
 
 PAIRS = {"receive": receive_pair, "drain": drain_pair}
@@ -90,11 +83,11 @@ def run(case: str, dialect: str, messages: int, pg_url: str) -> dict[str, Any]:
     db = BenchDb.open(dialect, pg_url)
     queue = f"bench_paired_{case}"
     try:
-        with db.transport() as transport:
+        with db.transport() as transport, closing(db.connect()) as conn:
             db.reset(queue)
             db.fill(queue, messages)
             db.settle()
-            provider, baseline = PAIRS[case](db, transport, queue)
+            provider, baseline = PAIRS[case](db, transport, queue, conn)
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .databases import BenchDb
 from .peer import Pgqueuer
@@ -43,29 +44,37 @@ def provider_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
     return work
 
 
-def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], int]:
-    """The same DELETE ... RETURNING by hand, committed per statement, one connection per receiver.
+def baseline_receive_batch(db: BenchDb, queue: str, conn: Any, batch: int) -> Callable[[], int]:
+    """One receive by hand on ``conn``: the same DELETE ... RETURNING, committed, then like any receiver it parses
+    each message's Headers JSON (one ``json.loads``; no validation) and hands the batch back: each row with its
+    headers, held until the next receive, as the provider's list of messages is. (A loop that drops each parse
+    at once reuses one dict's memory and never holds a batch: 2.2-2.5 µs a message less on PostgreSQL, measured
+    in pairs of batches; no receive can return that.) Returns the rows it took."""
+    sql = db.sql("receive_batch", queue)
+    cur = conn.cursor()
+    received: list[tuple[Any, Any]] = []
 
-    Like any receiver, it parses each message's Headers JSON (one ``json.loads``; no validation) and hands the
-    batch back: each row with its headers, held until the next receive, as the provider's list of messages is.
-    (A loop that drops each parse at once reuses one dict's memory and never holds a batch: 2.2-2.5 µs a message
-    less on PostgreSQL, measured in pairs of batches; no receive can return that.)
-    """
-    sql = db.sql("receive_batch", QUEUE)
+    def receive() -> int:
+        db.begin(cur)
+        rows = cur.execute(sql, {"batch_size": batch}).fetchall()
+        conn.commit()
+        received[:] = [(row, json.loads(row[3])) for row in rows]
+        return len(rows)
+
+    return receive
+
+
+def baseline_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], int]:
+    """``baseline_receive_batch`` until the queue is empty, one connection per receiver."""
 
     def receiver() -> int:
         conn = db.connect()
         done = 0
         try:
-            cur = conn.cursor()
-            while True:
-                db.begin(cur)
-                rows = cur.execute(sql, {"batch_size": batch}).fetchall()
-                conn.commit()
-                received = [(row, json.loads(row[3])) for row in rows]  # noqa: F841 - the batch handed back
-                if not rows:
-                    return done
-                done += len(rows)
+            receive = baseline_receive_batch(db, QUEUE, conn, batch)
+            while taken := receive():
+                done += taken
+            return done
         finally:
             conn.close()
 
