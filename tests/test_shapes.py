@@ -88,6 +88,34 @@ def test_postgres_tables_have_upstreams_shape(db):
     assert db.transport.check(db.q("orders")) == []
 
 
+def test_a_queue_whose_seq_was_widened_past_2_31_keeps_flowing(db):
+    """Upstream's ``Seq serial`` runs out after 2**31 messages; a DBA widens it to bigint. Rows past that
+    position must still be received, released and deleted in batches (a key list bound as int4 would make
+    every batch fail, and the queue would stop)."""
+    if db.kind != "postgres":
+        pytest.skip("PostgreSQL column types")
+    t, q = db.transport, db.q("orders")
+    t.create_queue(q)
+    table = qualified(db, "orders")
+    db.sql(f"ALTER TABLE {table} ALTER COLUMN seq TYPE bigint")
+    [(sequence,)] = db.sql("SELECT pg_get_serial_sequence(%s, 'seq')", (table,))
+    db.sql(f"ALTER SEQUENCE {sequence} AS bigint RESTART WITH 3000000000")
+    t.send_many(q, [b"a", b"b", b"c", b"d"])
+    assert [s for (s,) in db.sql(f"SELECT seq FROM {table} ORDER BY seq")][0] == 3_000_000_000  # noqa: S608
+
+    seen: list[bytes] = []
+    summary = t.process(q, lambda m, c: seen.append(m.body), batch_size=10)  # one batch: deleted by a key list
+    assert summary.succeeded == 4 and seen == [b"a", b"b", b"c", b"d"]
+    assert db.sql(f"SELECT count(*) FROM {table}") == [(0,)]  # noqa: S608
+
+    t.send_many(q, [b"e", b"f", b"g"])
+    with t.claim(q, 10) as claim:  # release one, ack the others: one delete by a key list
+        first, *others = claim.messages
+        claim.release(first)
+        for message in others:
+            claim.ack(message)
+    assert [b for (b,) in db.sql(f"SELECT body FROM {table}")] == [b"e"]  # noqa: S608
+
 def test_sqlite_ids_are_unique(db):
     if db.kind != "sqlite":
         pytest.skip("SQLite shape")

@@ -135,8 +135,8 @@ DELETE FROM {queue} WHERE seq = %(seq)s
 DELETE FROM {queue} WHERE id = %(id)s
 
 -- delete_by_seqs --
--- Delete the locked rows a batch finished with, in one statement (%(seqs)s: an integer array literal, '{1,2,3}').
-DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::integer[])
+-- Delete the locked rows a batch finished with, in one statement (%(seqs)s: an array literal, '{1,2,3}'; bigint: a table widened past 2^31 keeps working).
+DELETE FROM {queue} WHERE seq = ANY(%(seqs)s::bigint[])
 
 -- peek --
 -- Depth estimate: newest minus oldest position + 1, skipping rows held by receivers (index-only, O(1)).
