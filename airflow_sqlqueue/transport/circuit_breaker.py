@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from .errors import CircuitBreakerOpenError
+from .redaction import first_line
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +53,18 @@ class CircuitBreaker:
             self.failures += 1
             if self._armed_at is None:
                 self._armed_at = now
-                log.warning("circuit breaker %s armed: %s", self.name, exc)
+                log.warning("circuit breaker %s armed: %s", self.name, first_line(exc))
             elapsed = now - self._armed_at
             trigger = not self.triggered and elapsed >= self.timeout
             if trigger:
                 self.triggered = True
-                log.error("circuit breaker %s triggered after %.0f s of failures: %s", self.name, elapsed, exc)
+                log.error("circuit breaker %s triggered after %.0f s of failures: %s", self.name, elapsed,
+                          first_line(exc))
             delay = self.triggered_delay if self.triggered else self.armed_delay
         if trigger:  # outside the lock: on_critical may take its time or raise
             if self._on_critical is None:
                 raise CircuitBreakerOpenError(
                     f"receiving from {self.name} failed for {elapsed:.0f} s "
-                    f"({self.failures} attempts); last error: {exc}") from exc
+                    f"({self.failures} attempts); last error: {first_line(exc)}") from exc
             self._on_critical(exc)
         return delay

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .redaction import first_line
 from .session import RetryPolicy
 from .validation import check_count, check_seconds
 
@@ -69,7 +70,7 @@ class ReceiverLoop:
                         pause = self.retry.delay(exc, failures)  # raises once the circuit breaker triggers
                         if pause is None:
                             raise
-                        log.warning("receive failed (%s); retrying in %.2f s", exc, pause)
+                        log.warning("receive failed (%s); retrying in %.2f s", first_line(exc), pause)
                         time.sleep(pause)
                         taken = -1
                     finally:

@@ -252,3 +252,35 @@ def test_triggers_events_errors_and_logs_free_of_the_password(db, monkeypatch, c
     # the logs reach either the capture handler or, once Airflow's structlog owns the handlers, stdout/stderr
     checked = _assert_clean(secret, caplog, *texts, out, err)
     assert checked > 0 or (out + err).strip(), "nothing was logged: the check proves nothing"
+
+
+def test_the_circuit_breaker_and_the_receiver_loop_log_no_password_a_driver_error_quotes(caplog):
+    """A driver may quote its connection string in an error: the breaker's and the receive loop's log lines and
+    the breaker's own error carry the error's first line with the password blanked."""
+    from airflow_sqlqueue.transport.dialects import get_dialect
+    from airflow_sqlqueue.transport.errors import CircuitBreakerOpenError
+    from airflow_sqlqueue.transport.receivers import ReceiverLoop
+    from airflow_sqlqueue.transport.session import RetryPolicy
+
+    caplog.set_level(logging.DEBUG, logger=LOGGERS)
+    secret = _secret()
+
+    class Lost(ConnectionError):
+        pass
+
+    def one_batch(n: int) -> tuple[int, int]:
+        raise Lost(f"server closed the connection of postgresql://app:{secret}@db:5432/q\nsecond line")
+
+    dialect = get_dialect("postgres")
+    dialect_lost = dialect.is_connection_lost
+    breaker = CircuitBreaker("orders", timeout=0.05, armed_delay=0.01, triggered_delay=0.01)
+    policy = RetryPolicy(dialect, breaker=breaker)
+    policy.dialect = type("Lossy", (), {"is_deadlock": staticmethod(dialect.is_deadlock),
+                                        "is_connection_lost": staticmethod(
+                                            lambda exc: isinstance(exc, Lost) or dialect_lost(exc))})()
+    with pytest.raises(CircuitBreakerOpenError) as info:
+        ReceiverLoop(policy, batch_size=10, concurrency=1).run(one_batch)
+    assert "***" in str(info.value)
+    assert len(caplog.records) >= 3  # armed, each retry, triggered
+    assert not any("second line" in r.getMessage() for r in caplog.records)
+    _assert_clean(secret, caplog, str(info.value))
