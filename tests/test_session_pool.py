@@ -210,3 +210,23 @@ def test_mssql_a_failed_commit_inside_a_connection_block_closes_it() -> None:
     assert made[0].closed and session._idle == []
     with session.connection() as connection:
         assert connection is made[1]
+
+
+def test_a_claim_dropped_without_commit_or_abandon_gives_its_rows_back(db: Db) -> None:
+    """Rows a forgotten claim locked are not held until the process ends: once the claim is collected its
+    connection is closed (the database rolls back), and another receiver takes them."""
+    import gc
+
+    t = db.transport
+    q = db.q("orders")
+    t.create_queue(q)
+    t.send_many(q, [b"a", b"b"])
+    claim = t.claim(q, 2)
+    assert [m.body for m in claim.messages] == [b"a", b"b"]
+    connection = claim.connection
+    del claim
+    gc.collect()
+    assert _is_closed(db, connection)
+    assert sorted(m.body for m in t.receive(q, 10)) == [b"a", b"b"]
+    t.send(q, b"c")  # the pool (and on SQLite the write lock) works as before
+    assert [m.body for m in t.receive(q, 10)] == [b"c"]

@@ -85,6 +85,41 @@ class RetryPolicy:
             return result
 
 
+class WriterGate:
+    """One write transaction at a time among the connections of one session, on a single-writer database (SQLite).
+
+    SQLite lets one connection write at a time; the others wait in its busy handler, which polls with sleeps
+    growing to 100 ms: receivers of one process that meet at the write lock lose up to 100 ms each time. The gate
+    queues them on a lock instead, and the next starts the moment the last commits. SQLite stays the arbiter:
+    other processes meet its own busy handling. The gate is held from ``begin`` to the transaction's end and may
+    be given back from another thread (a claim can end where its holder hands it). A thread that holds it already
+    (a write started inside a write) passes, and meets SQLite's lock as it would without the gate.
+    """
+
+    __slots__ = ("_lock", "_holder", "timeout", "make_error")
+
+    def __init__(self, timeout: float, make_error: Callable[[float], Exception]) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+        self.timeout = timeout
+        self.make_error = make_error
+
+    def enter(self) -> bool:
+        """Wait for the gate; True when this call took it (give it back with ``leave``), False when this thread
+        holds it already. After ``timeout`` seconds, the database's lock-timeout error."""
+        me = threading.get_ident()
+        if self._holder == me:
+            return False
+        if not self._lock.acquire(timeout=self.timeout):
+            raise self.make_error(self.timeout)
+        self._holder = me
+        return True
+
+    def leave(self) -> None:
+        self._holder = None
+        self._lock.release()
+
+
 class Session:
     """The connections of one transport: a pool of configured DB-API connections and transactions on them.
 
@@ -100,6 +135,7 @@ class Session:
         self._cursors: dict[int, tuple[Any, Any]] = {}  # id(connection) -> (connection, its reused cursor)
         self._lock = threading.Lock()
         self._max_idle = max_idle
+        self._gate = WriterGate(dialect.write_lock_wait, dialect.write_lock_timeout) if dialect.single_writer else None
 
     # -- the pool -----------------------------------------------------------------------------------
     def _new(self) -> Any:
@@ -152,6 +188,14 @@ class Session:
         if not small:
             self._forget_cursor(connection)
 
+    def drop(self, connection: Any) -> None:
+        """Close a connection a dropped transaction held (its locks are released with it). Takes no lock: it is
+        called from a finalizer, which may run while this thread holds the pool's lock."""
+        entry = self._cursors.get(id(connection))
+        if entry is not None and entry[0] is connection:
+            self._cursors.pop(id(connection), None)
+        close_quietly(connection)
+
     def _forget_cursor(self, connection: Any) -> None:
         with self._lock:
             entry = self._cursors.pop(id(connection), None)
@@ -176,15 +220,26 @@ class Session:
 
     # -- transactions -------------------------------------------------------------------------------
     def begin(self, read_only: bool = False) -> Transaction:
-        """Open a transaction on a pooled connection; end it with ``commit`` or ``rollback``."""
-        connection = self.checkout()
+        """Open a transaction on a pooled connection; end it with ``commit`` or ``rollback``.
+
+        On a single-writer database a write transaction first waits its turn at the session's ``WriterGate``.
+        """
+        gate = self._gate if not read_only else None
+        if gate is not None and not gate.enter():
+            gate = None  # this thread's own write is open: the database decides
         try:
-            cursor = self._cursor(connection)
-            self.dialect.begin(cursor, read_only)
+            connection = self.checkout()
+            try:
+                cursor = self._cursor(connection)
+                self.dialect.begin(cursor, read_only)
+            except BaseException:
+                self.checkin(connection, False)
+                raise
         except BaseException:
-            self.checkin(connection, False)
+            if gate is not None:
+                gate.leave()
             raise
-        return Transaction(self, connection, cursor)
+        return Transaction(self, connection, cursor, gate)
 
     @contextmanager
     def transaction(self, read_only: bool = False) -> Iterator[Any]:
@@ -245,13 +300,22 @@ class Session:
 class Transaction:
     """One open transaction on a pooled connection. Not thread-safe: one user at a time (``Claim`` locks)."""
 
-    __slots__ = ("session", "connection", "cursor", "open")
+    __slots__ = ("session", "connection", "cursor", "open", "gate")
 
-    def __init__(self, session: Session, connection: Any, cursor: Any) -> None:
+    def __init__(self, session: Session, connection: Any, cursor: Any, gate: WriterGate | None = None) -> None:
         self.session = session
         self.connection = connection
         self.cursor = cursor
         self.open = True
+        #: The writer gate this transaction holds (given back when it ends), or None.
+        self.gate = gate
+
+    def __del__(self) -> None:
+        if self.open:  # dropped without an end (a claim never closed): its locks go with its connection
+            self.open = False
+            self.session.drop(self.connection)
+            if self.gate is not None:
+                self.gate.leave()
 
     def commit(self) -> None:
         """Commit and give the connection back; a commit that fails closes the connection and raises."""
@@ -263,6 +327,9 @@ class Transaction:
         except BaseException:
             self.session.checkin(self.connection, False)  # closed, with its cursor
             raise
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
         self.session.release_cursor(self.connection, self.cursor)
         self.session.checkin(self.connection)
 
@@ -271,8 +338,12 @@ class Transaction:
         if not self.open:
             return
         self.open = False
-        self.session.release_cursor(self.connection, self.cursor)
-        healthy = _rolled_back(self.connection)
+        try:
+            self.session.release_cursor(self.connection, self.cursor)
+            healthy = _rolled_back(self.connection)
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
         if cause is not None and (not isinstance(cause, Exception) or self.session.dialect.is_connection_lost(cause)):
             healthy = False
         self.session.checkin(self.connection, healthy)

@@ -75,6 +75,8 @@ class Dialect:
     rights_hint: str = "Sending and receiving need SELECT, INSERT and DELETE on the queue tables."
     #: One writer at a time (SQLite): a second connection cannot write while a receive is open.
     single_writer: bool = False
+    #: Seconds a writer waits for the write lock (a single-writer database's busy timeout) before it fails.
+    write_lock_wait: float = 60.0
     #: Columns hold values of any type whatever their declared type (SQLite): rows are read defensively.
     loose_types: bool = False
     #: Push wake-ups (LISTEN/NOTIFY) can be installed and listened for; others poll.
@@ -362,6 +364,10 @@ class Dialect:
     def is_deadlock(self, exc: BaseException) -> bool:
         """A deadlock or lock timeout: retry the transaction, not a handler failure."""
         return False
+
+    def write_lock_timeout(self, seconds: float) -> Exception:
+        """The error a writer gets after waiting ``seconds`` for the write lock (``is_deadlock`` knows it)."""
+        return TimeoutError(f"no write lock after {seconds:g} s: another transaction holds it")
 
     def is_connection_lost(self, exc: BaseException) -> bool:
         """The connection is unusable: reconnect."""

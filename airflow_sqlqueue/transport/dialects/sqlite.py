@@ -54,7 +54,7 @@ class SqliteDialect(Dialect):
         connection.text_factory = _decode_text
         cur = connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute(f"PRAGMA busy_timeout={round(self.write_lock_wait * 1000)}")
         cur.close()
 
     def begin(self, cursor: Any, read_only: bool = False) -> None:
@@ -164,6 +164,11 @@ class SqliteDialect(Dialect):
 
     def is_deadlock(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+    def write_lock_timeout(self, seconds: float) -> Exception:
+        # SQLite's own words for it, so that it is handled as SQLite's busy timeout is (retried as a lock timeout)
+        return sqlite3.OperationalError(f"database is locked: another transaction of this process held the write "
+                                        f"lock for {seconds:g} s")
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
