@@ -12,7 +12,10 @@ itself SIGKILL in batch number BATCH (0-based, of this run) at PHASE:
 - ``mid-batch``: after K of the batch's messages were stored/handled (0 < K < BATCH_SIZE);
 - ``stored-not-committed``: after the whole batch was stored (drain) or handled (process), before the commit;
 - ``after-commit``: once the batch has committed, before anything of the next one is stored.
-The child prints ``ready`` once connected, then drains until the queue is empty.
+The child prints ``ready`` once connected, then drains until the queue is empty. Under ``timer`` it pauses
+``TIMER_PACE`` seconds in each batch (inside its transaction, at a point that moves from batch to batch), so
+that the parent's kill (at most 0.1 s after ``ready``) lands while it works however fast the machine is (the
+queue is over 200 batches), and in every window.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from airflow_sqlqueue.transport import SqlQueueTransport
+
+TIMER_PACE = 0.002
 
 
 def die() -> None:
@@ -34,6 +40,7 @@ def die() -> None:
 def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch_size: int, kill_at: str) -> None:
     logging.getLogger("airflow_sqlqueue").addHandler(logging.NullHandler())
     phase, kill_batch, kill_k = (None, -1, -1)
+    pace = TIMER_PACE if kill_at == "timer" else 0.0
     if kill_at != "timer":
         phase, batch_text, k_text = kill_at.split(":")
         kill_batch, kill_k = int(batch_text), int(k_text)
@@ -51,6 +58,8 @@ def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch
                 with transport.receiving(queue, batch_size) as batch:
                     if not batch.messages:
                         break
+                    if pace and number % 2 == 0:
+                        time.sleep(pace)  # nothing of this batch stored yet
                     if phase == "mid-batch" and number == kill_batch:
                         out.write("".join(record(m) for m in batch.messages[:kill_k]))
                         out.flush()
@@ -59,6 +68,8 @@ def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch
                     out.write("".join(record(m) for m in batch.messages))
                     out.flush()
                     os.fsync(out.fileno())
+                    if pace and number % 2 == 1:
+                        time.sleep(pace)  # the batch stored, not committed
                     if phase == "stored-not-committed" and number == kill_batch:
                         die()
                     # the receive commits when this block ends
@@ -77,6 +88,8 @@ def main(url: str, queue: str, error_queue: str, mode: str, out_path: str, batch
                     die()  # batch kill_batch committed; the next one has begun, nothing of it handled
                 out.write(record(message))
                 out.flush()
+                if pace and position == number % batch_size:
+                    time.sleep(pace)  # this batch handled up to here, not committed
                 if phase == "stored-not-committed" and (number, position) == (kill_batch, batch_size - 1):
                     die()  # the whole batch handled, its delete not committed
 
