@@ -54,7 +54,7 @@ class SqliteDialect(Dialect):
         connection.text_factory = _decode_text
         cur = connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={round(self.write_lock_wait * 1000)}")
+        cur.execute("PRAGMA busy_timeout=60000")  # write_lock_wait, in ms
         cur.close()
 
     def begin(self, cursor: Any, read_only: bool = False) -> None:
