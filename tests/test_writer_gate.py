@@ -146,3 +146,13 @@ def test_a_write_inside_a_write_of_the_same_thread_is_not_held_at_the_gate(tmp_p
         claim.ack_all()
     assert t.peek("orders") == 0
     t.close()
+
+
+def test_the_gate_waits_as_long_as_sqlites_own_busy_timeout(tmp_path, monkeypatch):
+    """The gate's wait and the busy timeout each connection is given are the same setting (one is a literal in
+    the PRAGMA, the other the dialect's ``write_lock_wait``): a writer fails after the same time either way."""
+    t = _transport(tmp_path, monkeypatch)
+    with t.session.connection() as connection:
+        [(busy_ms,)] = connection.execute("PRAGMA busy_timeout").fetchall()
+    assert busy_ms == round(SqliteDialect.write_lock_wait * 1000) == round(_gate(t).timeout * 1000)
+    t.close()

@@ -366,7 +366,9 @@ class Dialect:
         return False
 
     def write_lock_timeout(self, seconds: float) -> Exception:
-        """The error a writer gets after waiting ``seconds`` for the write lock (``is_deadlock`` knows it)."""
+        """The error a writer gets after waiting ``seconds`` at a single-writer dialect's writer gate; such a dialect
+        returns one its ``is_deadlock`` recognises, so that it is retried as a lock timeout (SQLite: its own
+        ``database is locked``)."""
         return TimeoutError(f"no write lock after {seconds:g} s: another transaction holds it")
 
     def is_connection_lost(self, exc: BaseException) -> bool:
