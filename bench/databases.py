@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement, parse_statements
 
 #: The PostgreSQL database of a run (``--pg-url`` overrides it).
 DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -14,8 +14,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from airflow_sqlqueue.transport import sending
-from airflow_sqlqueue.transport.ids import new_id
+from airflow_sqlqueue.transport.processing import sending
+from airflow_sqlqueue.transport.wire.ids import new_id
 
 from .databases import BenchDb, outgoing
 

@@ -63,7 +63,7 @@ def receive_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Ca
 
 def drain_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Callable[[], int], Callable[[], int]]:
     """One batch of the handler pump and one of the drain baseline."""
-    from airflow_sqlqueue.transport.summaries import ProcessSummary
+    from airflow_sqlqueue.transport.processing.summaries import ProcessSummary
 
     pump = transport.pump(db.address(queue), noop, batch_size=BATCH)
 

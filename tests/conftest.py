@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.standard_headers import STANDARD
+from airflow_sqlqueue.transport.wire.standard_headers import STANDARD
 
 PG_URL = os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

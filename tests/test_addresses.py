@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_sqlqueue.transport import InvalidAddressError, OutgoingMessage, QueueAddress, get_dialect
-from airflow_sqlqueue.transport.address import (
+from airflow_sqlqueue.transport.wire.address import (
     MSSQL_MAX_IDENTIFIER,
     POSTGRES_MAX_IDENTIFIER_BYTES,
     POSTGRES_MAX_TABLE_BYTES,

@@ -15,8 +15,8 @@ import pytest
 from airflow_sqlqueue.operators import SqlQueueArchiveFailedOperator
 from airflow_sqlqueue.operators.archive import cutoff_from
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.error_archive import list_archives
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.archive.error_archive import list_archives
 from tests.conftest import Db, make_db
 from tests.test_maintenance_dags import CONN_ID as MAINT_CONN_ID
 from tests.test_maintenance_dags import qdb  # noqa: F401  (fixture: a queue database behind MAINT_CONN_ID)

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.errors import InvalidMessageError
-from airflow_sqlqueue.transport.ids import id_stream
-from airflow_sqlqueue.transport.standard_headers import BatchHeaders, Origin, standard_headers
+from airflow_sqlqueue.transport.common.errors import InvalidMessageError
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.ids import id_stream
+from airflow_sqlqueue.transport.wire.standard_headers import BatchHeaders, Origin, standard_headers
 
 TIME_SENT = "2026-11-25 10:00:00:000000 Z"
 ORIGINS = [Origin("airflow"), Origin("Sales", "Reply", reply_to="Sales@[dbo]@[nsb]",

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.batch_retry import BatchPlan, retry_in_batches
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, retry_in_batches
 from tests.conftest import Db
 
 

@@ -21,7 +21,7 @@ from airflow_sqlqueue.dashboard import batch_retries
 from airflow_sqlqueue.maintenance import retry_progress
 from airflow_sqlqueue.maintenance.config import load_config
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 airflow_env.use_project_dags()
 DAG_ID = "sqlqueue_error_queue_batch_retry"

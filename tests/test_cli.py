@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import PG_URL, Db, make_db
 
 SQLQUEUE = Path(sys.executable).parent / "sqlqueue"

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.test_cli import Cli, cli, run  # noqa: F401  (fixture)
 
 OLD = h.format_wire_time(datetime.now(timezone.utc) - timedelta(days=60))

@@ -20,7 +20,7 @@ import pytest
 
 from airflow_sqlqueue.maintenance.health import record_samples
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import Db, make_db
 
 CONN_ID = "sqlqueue_dash"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.test_dashboard_browser import (  # noqa: F401  (fixtures)
     CHROMIUM,
     Browser,

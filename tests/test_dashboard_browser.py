@@ -401,7 +401,7 @@ def test_return_and_delete_selected_messages(server: str, browser: Browser,
 def add_failed(path: Path, queue: str, exception: str, bodies: list[str], content_type: str | None = None) -> list[str]:
     """Failed messages in the error queue, as NServiceBus leaves them; their native Ids."""
     from airflow_sqlqueue.transport import OutgoingMessage
-    from airflow_sqlqueue.transport import headers as h
+    from airflow_sqlqueue.transport.wire import headers as h
 
     extra = {h.CONTENT_TYPE: content_type} if content_type else {}
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
     CONN_ID,
     PREFIX,

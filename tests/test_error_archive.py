@@ -18,10 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.archive_store import ArchiveLocationError
-from airflow_sqlqueue.transport.error_archive import (
+from airflow_sqlqueue.archive.error_archive import (
     ArchiveRefusedError,
     ArchiveSelection,
     archive_failed,
@@ -29,7 +26,10 @@ from airflow_sqlqueue.transport.error_archive import (
     list_archives,
     restore_archive,
 )
-from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.archive.store import ArchiveLocationError
+from airflow_sqlqueue.transport import OutgoingMessage
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import Db
 
 OLD = datetime(2020, 1, 1, tzinfo=timezone.utc)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 airflow_env.use_project_dags()
 

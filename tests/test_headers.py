@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.headers import (
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.headers import (
     MAX_HEADERS_CHARS,
     PoisonHeadersError,
     format_wire_time,

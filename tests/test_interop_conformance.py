@@ -14,9 +14,9 @@ import uuid
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage, QueueAddress, get_dialect
-from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
-from airflow_sqlqueue.transport.standard_headers import ORIGINATING_HOST_ID, RELATED_TO
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.standard_headers import ORIGINATING_HOST_ID, RELATED_TO
 
 WIRE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}:\d{6} Z$")
 #: Headers as 9.1 writes them (System.Text.Json relaxed, then "/" as "\/") and as 9.0.x wrote them.

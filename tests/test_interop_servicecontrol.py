@@ -21,8 +21,8 @@ import uuid
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.standard_headers import ORIGINATING_HOST_ID
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.standard_headers import ORIGINATING_HOST_ID
 
 WIRE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}:\d{6} Z$")
 EXCEPTION_PREFIX = "NServiceBus.ExceptionInfo."

@@ -1,13 +1,17 @@
-"""Dependencies point one way: façade -> operations -> claim/queue/session -> dialects -> leaves.
+"""Dependencies point one way: façade -> error queue -> operations -> processing -> tables -> dialects -> wire ->
+common.
 
-Every module of the core has a layer; a module may import only modules of lower layers (a dialect may import
-the dialect base beside it). No module of the package imports another inside a function (a cycle held apart
-that way is still a cycle), and the core never imports Airflow. A new module must be given its layer here.
+The floors of the core are its folders (``transport/<floor>/``); the façade (``transport.py``) and the public
+names (``__init__.py``) sit on top. A module may import modules of its own floor or of a lower one, never of a
+higher one, and the imports inside one floor form no cycle. ``if TYPE_CHECKING:`` imports count like any other
+(a cycle for the type checker is still a cycle), and no module imports another inside a function. Each floor's
+``__init__`` says what it is for and what it may import; the test keeps that line true.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,73 +19,110 @@ import pytest
 PACKAGE = Path(__file__).parent.parent / "airflow_sqlqueue"
 CORE = PACKAGE / "transport"
 
-#: Layer of every core module (lower = further down). Leaves know nothing of queues or connections.
-LAYERS = {
-    # leaves: values, names, text
-    "errors": 0, "ids": 0, "validation": 0, "host": 0, "modes": 0, "sqlfile": 0, "redaction": 0, "printable": 0,
-    "circuit_breaker": 1,
-    "address": 1, "headers": 1, "messages": 2, "payload": 3, "failures": 2, "standard_headers": 3, "connect": 1,
-    # dialects: SQL, quoting, error kinds
-    "dialects.base": 4, "dialects.sqlite": 5, "dialects.postgres": 5, "dialects.mssql": 5, "dialects": 6,
-    # one table, one session
-    "session": 7, "queue": 7,
-    "claim": 8, "sending": 8, "recoverability": 8, "summaries": 8,
-    "strategies": 9, "receivers": 9,
-    # operations
-    "pump": 10, "drain": 10, "error_queue": 10, "maintenance": 10, "wakeups": 10, "migration": 9, "pubsub": 10,
-    "archive": 10,
-    "error_browser": 10.5,  # uses error_queue's restored_headers
-    "batch_retry": 10.6,
-    "archive_store": 1, "archive_browser": 10.6, "error_archive": 10.7,  # the error archive: files, browse, work
-    "partitions": 10,
-    # the façade, and the package's public names
-    "transport": 11, "__init__": 12,
-}
+#: The floors of the core, lowest first: a folder each, then the façade module and the package's public names.
+FLOORS = ["common", "wire", "dialects", "tables", "processing", "operations", "errorqueue", "transport", "__init__"]
+FOLDERS = FLOORS[:-2]
 
 
 def _modules() -> dict[str, Path]:
+    """Every core module by dotted name within ``transport`` (a folder's ``__init__`` is the folder's name)."""
     found = {}
     for path in CORE.rglob("*.py"):
-        name = ".".join(path.relative_to(CORE).with_suffix("").parts)
-        found["dialects" if name == "dialects.__init__" else name] = path
+        parts = path.relative_to(CORE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        found[".".join(parts)] = path
     return found
 
 
+def _floor(name: str) -> int:
+    return FLOORS.index(name.split(".")[0])
+
+
 def _imports(path: Path, name: str) -> list[tuple[str, int, bool]]:
-    """(imported core module, line, inside a function) for every relative import of ``path`` outside
-    ``if TYPE_CHECKING:`` blocks."""
+    """(imported core module, line, inside a function) for every relative import of ``path``, ``TYPE_CHECKING``
+    blocks included; an absolute import of ``airflow_sqlqueue.transport`` counts the same."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = ["dialects"] if name == "dialects" else name.split(".")[:-1]
+    is_package = path.name == "__init__.py"
+    package = name.split(".") if is_package and name != "__init__" else name.split(".")[:-1]
     in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
                     for n in ast.walk(f)}
-    type_checking = {id(n) for node in ast.walk(tree)
-                     if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    modules = _modules()
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom) or node.level == 0 or id(node) in type_checking:
+        if not isinstance(node, ast.ImportFrom):
             continue
-        base = package[: len(package) - (node.level - 1)]
-        targets = [base + [node.module]] if node.module else [base + [a.name] for a in node.names]
+        if node.level == 0:
+            if not (node.module or "").startswith("airflow_sqlqueue.transport"):
+                continue
+            base = (node.module or "").split(".")[2:]
+        else:
+            base = package[: len(package) - (node.level - 1)] + ((node.module or "").split(".") if node.module else [])
+        targets = [base] if node.module else [base + [a.name] for a in node.names]
         for parts in targets:
-            dotted = ".".join(parts)
-            out.append((dotted if dotted in LAYERS else dotted.split(".")[0], node.lineno, id(node) in in_functions))
+            dotted = ".".join(parts) or "__init__"
+            while dotted not in modules and "." in dotted:  # a name imported from a module, not a module
+                dotted = dotted.rsplit(".", 1)[0]
+            out.append((dotted, node.lineno, id(node) in in_functions))
     return out
 
 
-def test_every_core_module_has_a_layer() -> None:
-    missing = sorted(set(_modules()) - set(LAYERS))
-    assert not missing, f"give these modules a layer in tests/test_layering.py: {missing}"
+def test_every_core_module_sits_on_a_floor() -> None:
+    strays = sorted(n for n in _modules() if n.split(".")[0] not in FLOORS or (
+        "." not in n and n not in ("transport", "__init__") and n not in FOLDERS))
+    assert not strays, f"put these modules into one of the floors {FOLDERS}: {strays}"
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_imports_point_down(name: str) -> None:
     path = _modules()[name]
     for target, line, in_function in _imports(path, name):
-        assert not in_function, f"{path.name}:{line} imports {target} inside a function"
-        assert target in LAYERS, f"{path.name}:{line} imports unknown module {target}"
-        assert LAYERS[target] < LAYERS[name], (
-            f"{path.name}:{line} imports {target} (layer {LAYERS[target]}) from layer {LAYERS[name]}: "
+        where = f"{path.relative_to(CORE)}:{line}"
+        assert not in_function, f"{where} imports {target} inside a function"
+        assert target in _modules(), f"{where} imports unknown module {target}"
+        if target == name:
+            continue
+        assert _floor(target) <= _floor(name), (
+            f"{where} imports {target} (floor {FLOORS[_floor(target)]}) from floor {FLOORS[_floor(name)]}: "
             "imports must point down")
+
+
+def test_no_cycle_inside_a_floor() -> None:
+    graph = {name: {t for t, _, _ in _imports(path, name) if t != name} for name, path in _modules().items()}
+
+    def visit(node: str, trail: list[str]) -> None:
+        if node in trail:
+            pytest.fail("import cycle: " + " -> ".join(trail[trail.index(node):] + [node]))
+        for nxt in graph.get(node, ()):
+            if nxt != node and nxt not in done:
+                visit(nxt, trail + [node])
+        done.add(node)
+
+    done: set[str] = set()
+    for name in graph:
+        visit(name, [])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_each_floor_says_what_it_is_for_and_what_it_may_import(folder: str) -> None:
+    doc = ast.get_docstring(ast.parse((CORE / folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+    said = re.search(r"May import: (.*)\.", doc)
+    assert said, f"transport/{folder}/__init__.py: say what the floor is for and 'May import: ...'"
+    below = FOLDERS[: FOLDERS.index(folder)]
+    assert said.group(1) == (", ".join(below) or "nothing of the core"), (
+        f"transport/{folder}/__init__.py says it may import {said.group(1)!r}; the floors below it are {below}")
+
+
+def test_the_core_imports_no_optional_dependency() -> None:
+    """The core works with the package and one driver: pyarrow, PySpark and OpenLineage are never imported
+    by it (drivers are imported where a connection is made)."""
+    for path in CORE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for n in names:
+                assert n.split(".")[0] not in ("pyarrow", "pyspark", "openlineage"), f"{path} imports {n}"
 
 
 def test_core_never_imports_airflow() -> None:

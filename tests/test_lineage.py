@@ -114,7 +114,7 @@ def test_operators_that_move_messages_between_tables_report_both_tables(
         SqlQueueRetryErrorsOperator,
     )
     from airflow_sqlqueue.transport import OutgoingMessage
-    from airflow_sqlqueue.transport import headers as h
+    from airflow_sqlqueue.transport.wire import headers as h
 
     path = tmp_path / "queues.db"
     conn = airflow_env.sqlite_connection("sqlqueue_lineage_moves", path)

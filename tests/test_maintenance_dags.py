@@ -26,7 +26,7 @@ import pytest
 
 from airflow_sqlqueue.maintenance import health, tasks
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import Db, make_db
 
 airflow_env.use_project_dags()

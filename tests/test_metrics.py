@@ -21,7 +21,7 @@ import pytest
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.maintenance import throughput
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import make_db
 
 

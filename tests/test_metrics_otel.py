@@ -23,7 +23,7 @@ import pytest
 
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto is not installed (apache-airflow[otel])")
 

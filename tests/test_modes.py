@@ -16,7 +16,7 @@ from airflow_sqlqueue.transport import (
     SqlQueueError,
     TransactionMode,
 )
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import own
 
 MODES = list(TransactionMode)
@@ -227,7 +227,7 @@ def test_a_lost_message_is_logged_with_its_row_text_escaped(queues, caplog):
     def handler(message, context):
         raise ValueError(f"cannot parse {message.body.decode()}")
 
-    with caplog.at_level("ERROR", logger="airflow_sqlqueue.transport.strategies"):
+    with caplog.at_level("ERROR", logger="airflow_sqlqueue.transport.processing.strategies"):
         assert t.process(q, handler, mode=TransactionMode.NONE).lost == 1
     [record] = [r for r in caplog.records if "message is lost" in r.getMessage()]
     text = record.getMessage()
@@ -531,7 +531,7 @@ def test_a_batch_rolled_back_and_taken_again_counts_its_messages_once(queues, mo
             raise deadlock  # the database's failure, not the handler's: the whole batch is taken again
 
     strategies = []
-    from airflow_sqlqueue.transport import pump
+    from airflow_sqlqueue.transport.operations import pump
 
     real = pump.strategy_for
     monkeypatch.setattr(pump, "strategy_for", lambda *a, **k: strategies.append(real(*a, **k)) or strategies[-1])

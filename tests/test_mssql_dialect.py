@@ -17,10 +17,10 @@ import pymssql
 import pytest
 from pymssql import _mssql
 
-from airflow_sqlqueue.transport.address import QueueAddress
+from airflow_sqlqueue.transport.common.errors import PermissionDeniedError, QueueNotFoundError
 from airflow_sqlqueue.transport.dialects import get_dialect
 from airflow_sqlqueue.transport.dialects.mssql import IN_LIST_CHUNK, VALUES_CHUNK, MssqlDialect, error_number
-from airflow_sqlqueue.transport.errors import PermissionDeniedError, QueueNotFoundError
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 MSSQL = MssqlDialect()
 POSTGRES = get_dialect("postgres")

@@ -27,10 +27,10 @@ from pymssql import _mssql
 from sqlglot import exp
 
 from airflow_sqlqueue.maintenance.health import SamplesTable, _statements
-from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
-from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
-from airflow_sqlqueue.transport.sqlfile import Statement, numbered
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement, numbered
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 MARKER = re.compile(r"%\((\w+)\)s")
 SLOT = re.compile(r"\{(\w+)\}")
@@ -184,7 +184,7 @@ def test_pyodbc_sends_every_statement_as_written(where: str, name: str, address:
     _check_parse(dialect, where, name, statement, address, ids, sql)
 
 
-@pytest.mark.parametrize("path", ["transport/sql/mssql.sql", "maintenance/sql/mssql.sql"])
+@pytest.mark.parametrize("path", ["transport/dialects/sql/mssql.sql", "maintenance/sql/mssql.sql"])
 def test_no_literal_percent_in_the_sql_server_files(path: str) -> None:
     from importlib import resources
 

@@ -22,9 +22,9 @@ from airflow_sqlqueue.transport import (
     ddl_script,
     get_dialect,
 )
-from airflow_sqlqueue.transport import headers as h
 from airflow_sqlqueue.transport.dialects.base import Dialect
-from airflow_sqlqueue.transport.headers import serialize_headers
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.headers import serialize_headers
 from tests.conftest import own
 
 DOTNET_HEADERS = '{"NServiceBus.EnclosedMessageTypes":"X"}'
@@ -504,7 +504,7 @@ def test_retry_errors_with_selection_and_limit(queues):
 
 
 def test_failures_grouped_by_failed_queue_and_exception_over_pages(queues):
-    from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
+    from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of
 
     t, error = queues.transport, queues.q("error")
     failed = {h.FAILED_Q: "orders", h.EXCEPTION_TYPE: "System.TimeoutException"}

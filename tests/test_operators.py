@@ -32,7 +32,7 @@ from airflow_sqlqueue.operators.sqlqueue import (
 )
 from airflow_sqlqueue.operators import SqlQueuePublishOperator
 from airflow_sqlqueue.transport import InvalidMessageError, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import _PG_SKIP, PG_URL
 
 DAG_FILE = "sqlqueue_operator_dags.py"
@@ -317,7 +317,7 @@ if when == "before_commit":
         return path
     ParquetBatchWriter.write = write
 elif when == "after_commit":
-    from airflow_sqlqueue.transport.claim import Claim
+    from airflow_sqlqueue.transport.processing.claim import Claim
     original = Claim.commit
     def commit(self):
         original(self)

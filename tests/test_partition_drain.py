@@ -17,7 +17,7 @@ import pytest
 from airflow_sqlqueue.operators import SqlQueuePartitionDrainOperator, SqlQueuePlanPartitionsOperator
 from airflow_sqlqueue.operators.partition import MANIFEST_KEY
 from airflow_sqlqueue.transport import Partition
-from airflow_sqlqueue.transport.claim import Claim
+from airflow_sqlqueue.transport.processing.claim import Claim
 
 DAG_FILE = "sqlqueue_partition_drain.py"
 

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from airflow_sqlqueue.transport import Partition
-from airflow_sqlqueue.transport.partitions import partition_count, split
-from airflow_sqlqueue.transport.queue import SeqRange
+from airflow_sqlqueue.transport.operations.partitions import partition_count, split
+from airflow_sqlqueue.transport.tables.queue import SeqRange
 
 
 def _positions(db, queue: str) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage, QueueNotFoundError
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 
 @pytest.fixture

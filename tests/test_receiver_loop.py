@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from airflow_sqlqueue.transport import receivers
 from airflow_sqlqueue.transport.dialects import get_dialect
-from airflow_sqlqueue.transport.receivers import ReceiverLoop
-from airflow_sqlqueue.transport.session import RetryPolicy
+from airflow_sqlqueue.transport.processing import receivers
+from airflow_sqlqueue.transport.processing.receivers import ReceiverLoop
+from airflow_sqlqueue.transport.tables.session import RetryPolicy
 
 
 class Backlog:

@@ -15,7 +15,7 @@ import pymssql
 import pytest
 
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
-from airflow_sqlqueue.transport.session import Session
+from airflow_sqlqueue.transport.tables.session import Session
 from tests.conftest import Db
 
 

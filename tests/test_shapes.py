@@ -16,10 +16,10 @@ import pytest
 
 from airflow_sqlqueue.cli.main import main as cli_main
 from airflow_sqlqueue.transport import OutgoingMessage, ddl_script
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.errors import InvalidAddressError, NameCollisionError, NotAQueueError
-from airflow_sqlqueue.transport.ids import new_id
-from airflow_sqlqueue.transport.sqlfile import parse_statements
+from airflow_sqlqueue.transport.common.errors import InvalidAddressError, NameCollisionError, NotAQueueError
+from airflow_sqlqueue.transport.dialects.sqlfile import parse_statements
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.ids import new_id
 
 DATA = Path(__file__).parent / "data"
 DOTNET_HEADERS = '{"NServiceBus.EnclosedMessageTypes":"X"}'
@@ -503,7 +503,7 @@ def test_native_ids_are_time_ordered_uuids(queues):
 ])
 def test_the_id_text_of_a_message_is_the_text_of_its_id(stored):
     """``id_text`` (what the Parquet files and payloads write) is ``str(message.id)`` for any stored id."""
-    from airflow_sqlqueue.transport.messages import ReceivedMessage
+    from airflow_sqlqueue.transport.wire.messages import ReceivedMessage
 
     message = ReceivedMessage(stored, {}, b"", 1)
     assert message.id_text == str(message.id)

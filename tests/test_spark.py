@@ -29,7 +29,7 @@ from airflow_sqlqueue.operators.parquet import batch_schema
 from airflow_sqlqueue.spark import columns
 from airflow_sqlqueue.spark.job import run
 from airflow_sqlqueue.spark.summary import read_summary
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 BASE = datetime(2024, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 PLACED = "Sales.Messages.Events.OrderPlaced"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 from tests.spark_cluster import SparkCluster, spark_env
 from tests.test_spark import PLACED, nsb_headers
 

@@ -125,7 +125,7 @@ def test_closing_while_a_wait_runs_ends_the_wait_quietly(pg, caplog):
     wakeups = t.wakeups(q, poll_interval=600)
     assert wakeups.start() and wakeups.push
     _later(0.3, wakeups.close)
-    with caplog.at_level("WARNING", logger="airflow_sqlqueue.transport.wakeups"):
+    with caplog.at_level("WARNING", logger="airflow_sqlqueue.transport.operations.wakeups"):
         assert wakeups.wait(found=False) is False  # not the 600 s poll: the close ended it
     assert not [r for r in caplog.records if "lost" in r.getMessage()]
 

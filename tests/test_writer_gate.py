@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport import session as session_module
 from airflow_sqlqueue.transport.dialects.sqlite import SqliteDialect
+from airflow_sqlqueue.transport.tables import session as session_module
 
 
 def _transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, busy_ms: int | None = None,

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timedelta, timezone
 
-from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.error_archive import (
+from airflow_sqlqueue.archive.error_archive import (
     ArchiveSelection,
     archive_failed,
     archive_page,
@@ -18,8 +17,9 @@ from airflow_sqlqueue.transport.error_archive import (
     read_archive,
     restore_archive,
 )
-from airflow_sqlqueue.transport.error_browser import FailedFilter
-from airflow_sqlqueue.transport.printable import printable
+from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.common.printable import printable
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
 
 from .errors import OK, UsageError
 from .output import emit_json, table

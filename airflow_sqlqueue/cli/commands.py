@@ -16,9 +16,9 @@ from airflow_sqlqueue.transport import (
     SqlQueueTransport,
     ddl_script,
 )
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of
-from airflow_sqlqueue.transport.printable import printable
+from airflow_sqlqueue.transport.common.printable import printable
+from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of
+from airflow_sqlqueue.transport.wire import headers as h
 
 from . import archive
 from .connection import open_transport

@@ -9,7 +9,12 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_sqlqueue.hooks.metadata import queue_url
 from airflow_sqlqueue.transport import SqlQueueTransport, get_dialect
-from airflow_sqlqueue.transport.connect import connection_factory, default_catalog_of, guard_connect, paramstyle_of
+from airflow_sqlqueue.transport.dialects.connect import (
+    connection_factory,
+    default_catalog_of,
+    guard_connect,
+    paramstyle_of,
+)
 
 from .errors import UsageError, one_line
 

@@ -12,8 +12,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from airflow_sqlqueue.transport.printable import printable, printable_lines
-from airflow_sqlqueue.transport.redaction import scrub
+from airflow_sqlqueue.transport.common.printable import printable, printable_lines
+from airflow_sqlqueue.transport.common.redaction import scrub
 
 from . import commands
 from .errors import OK, exit_code, one_line

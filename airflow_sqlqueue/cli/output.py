@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.payload import to_payload
-from airflow_sqlqueue.transport.printable import printable, printable_json
+from airflow_sqlqueue.transport.common.printable import printable, printable_json
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.payload import to_payload
 
 
 def message_json(message: ReceivedMessage) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from airflow_sqlqueue.transport.common.redaction import scrub
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
-from airflow_sqlqueue.transport.redaction import scrub
 
 from . import archive
 

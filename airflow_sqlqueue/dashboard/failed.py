@@ -1,6 +1,6 @@
 """The error-queue browser: groups, pages of previews, and retry or delete of messages addressed by position.
 
-Everything heavy happens in the database (:mod:`airflow_sqlqueue.transport.error_browser`): a page holds only
+Everything heavy happens in the database (:mod:`airflow_sqlqueue.transport.errorqueue.error_browser`): a page holds only
 previews cut in SQL, pages are keyed by position, and an action reads each message by one index seek. A retry
 writes only to the queues of the dashboard's configuration for that connection; any other FailedQ is refused
 with the reason, and nothing is changed.
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.address import QueueAddress
-from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 #: What the groups can be counted by: one header field each, or the three together.
 GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_type",),

@@ -20,7 +20,7 @@ from typing import Any
 from airflow_sqlqueue.maintenance.config import ConnectionConfig, MaintenanceConfig, resolve_queues, thresholds_for
 from airflow_sqlqueue.maintenance.health import breaches, recent_samples, sample
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.errors import QueueNotFoundError
+from airflow_sqlqueue.transport.common.errors import QueueNotFoundError
 
 DEFAULT_HISTORY_HOURS = 24
 

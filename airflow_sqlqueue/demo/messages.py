@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 #: (message type, originating endpoint, intent, share of the regular messages)
 TYPES = (

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from airflow_sqlqueue.transport.connect import url_from_fields
-from airflow_sqlqueue.transport.sqlfile import parse_statements
+from airflow_sqlqueue.transport.dialects.connect import url_from_fields
+from airflow_sqlqueue.transport.dialects.sqlfile import parse_statements
 
 _STATEMENTS = parse_statements(resources.files(__package__).joinpath("sql", "airflow_metadata.sql")
                                .read_text(encoding="utf-8"))

@@ -18,8 +18,8 @@ from airflow.sdk import BaseHook
 
 from airflow_sqlqueue.hooks.metadata import connection_fields
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
-from airflow_sqlqueue.transport.connect import guard_connect, url_from_fields
-from airflow_sqlqueue.transport.pubsub import DEFAULT_SUBSCRIPTION_TABLE
+from airflow_sqlqueue.transport.dialects.connect import guard_connect, url_from_fields
+from airflow_sqlqueue.transport.operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE
 
 #: Airflow connection types the transport runs on, and the dialect of each.
 SUPPORTED_CONN_TYPES = {"mssql": "mssql", "odbc": "mssql", "postgres": "postgres", "sqlite": "sqlite"}

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_sqlqueue import metrics
-from airflow_sqlqueue.transport.error_archive import ArchiveRefusedError, ArchiveSelection, archive_failed
-from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.archive.error_archive import ArchiveRefusedError, ArchiveSelection, archive_failed
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
 
 from .config import ArchiveConfig, MaintenanceConfig, MaintenanceConfigError, load_config
 from .tasks import BadConfigurationError, format_table, transport_for

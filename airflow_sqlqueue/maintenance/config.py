@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_sqlqueue.transport.validation import is_number, is_whole
+from airflow_sqlqueue.transport.common.validation import is_number, is_whole
 
 #: The Airflow Variable holding the configuration (JSON).
 VARIABLE = "sqlqueue_maintenance"

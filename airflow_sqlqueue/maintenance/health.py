@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.common.errors import QueueNotFoundError
+from airflow_sqlqueue.transport.common.redaction import describe
 from airflow_sqlqueue.transport.dialects import Dialect
-from airflow_sqlqueue.transport.errors import QueueNotFoundError
-from airflow_sqlqueue.transport.redaction import describe
-from airflow_sqlqueue.transport.sqlfile import Statement
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement
 
 from .tables import DialectTable, as_time, statements
 

@@ -19,8 +19,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.batch_retry import BatchPlan, BatchRecord, retry_in_batches
-from airflow_sqlqueue.transport.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, BatchRecord, retry_in_batches
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
 
 from . import retry_progress
 from .config import ConnectionConfig, resolve_queues

@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.common.errors import QueueNotFoundError
 from airflow_sqlqueue.transport.dialects import Dialect
-from airflow_sqlqueue.transport.errors import QueueNotFoundError
 
 from .tables import DialectTable, as_time
 

@@ -9,9 +9,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects import Dialect
-from airflow_sqlqueue.transport.sqlfile import Statement, parse_statements
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement, parse_statements
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 

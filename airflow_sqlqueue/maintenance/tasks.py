@@ -20,9 +20,9 @@ from airflow_sqlqueue import metrics
 from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
-from airflow_sqlqueue.transport.errors import InvalidAddressError
+from airflow_sqlqueue.transport.common.errors import InvalidAddressError
+from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
+from airflow_sqlqueue.transport.wire import headers as h
 
 from . import health, throughput
 from .config import (

@@ -1,6 +1,6 @@
 """Archive failed messages by age or group to Parquet with a manifest (then delete them), and restore them, as tasks.
 
-The work is :mod:`airflow_sqlqueue.transport.error_archive`: files written, fsync'ed and verified before any row is
+The work is :mod:`airflow_sqlqueue.archive.error_archive`: files written, fsync'ed and verified before any row is
 deleted; a deletion a crash left unfinished is finished by the next run at the same location; a restore puts each
 message back once. The return value (XCom) is the manifest's summary, never message content.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_sqlqueue import metrics
-from airflow_sqlqueue.transport.error_archive import ArchiveSelection, archive_failed, restore_archive
-from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.archive.error_archive import ArchiveSelection, archive_failed, restore_archive
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
 
 from .base import SqlQueueBaseOperator, rendered_list, rendered_number
 

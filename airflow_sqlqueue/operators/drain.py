@@ -18,7 +18,7 @@ from airflow.sdk.configuration import conf
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Partition, ReceivedMessage, SqlQueueTransport, TransactionMode
-from airflow_sqlqueue.transport.validation import check_count, check_seconds
+from airflow_sqlqueue.transport.common.validation import check_count, check_seconds
 
 from .base import SqlQueueBaseOperator, rendered_number
 from .messages import message_to_dict

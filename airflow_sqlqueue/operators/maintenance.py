@@ -9,8 +9,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.transport import Finding, SqlQueueTransport
-from airflow_sqlqueue.transport.error_queue import failure_selector
-from airflow_sqlqueue.transport.validation import check_count
+from airflow_sqlqueue.transport.common.validation import check_count
+from airflow_sqlqueue.transport.errorqueue.error_queue import failure_selector
 
 from .base import SqlQueueBaseOperator, queue_list, text_table
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage, ReceivedMessage
-from airflow_sqlqueue.transport.payload import decode_body, from_payload, to_payload
+from airflow_sqlqueue.transport.wire.payload import decode_body, from_payload, to_payload
 
 #: The fields of a drain-list item besides the body (``body`` or ``body_base64``).
 ITEM_FIELDS = ("id", "headers", "seq", "queue")

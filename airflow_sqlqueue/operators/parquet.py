@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from airflow_sqlqueue.transport import ReceivedMessage
-from airflow_sqlqueue.transport.headers import escape_surrogates
+from airflow_sqlqueue.transport.wire.headers import escape_surrogates
 
 
 @cache

@@ -6,10 +6,10 @@
     SqlQueuePartitionDrainOperator.partial(task_id="drain", queue_name="audit", output_path="/data/batches",
                                            max_concurrency=2).expand(partition=plan.output)
 
-Each partition is a disjoint range of positions (``airflow_sqlqueue.transport.partitions``), so the mapped tasks
-never take the same row. Each task writes every batch as a Parquet file and records it in a small manifest in
-the task state store *before* the batch's receive commits; a try that crashed is resumed by the next try from
-its manifest (the files already written are kept and returned, the rest of the range is drained).
+Each partition is a disjoint range of positions (``airflow_sqlqueue.transport.operations.partitions``), so the
+mapped tasks never take the same row. Each task writes every batch as a Parquet file and records it in a small
+manifest in the task state store *before* the batch's receive commits; a try that crashed is resumed by the next
+try from its manifest (the files already written are kept and returned, the rest of the range is drained).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Partition, ReceivedMessage
-from airflow_sqlqueue.transport.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION
-from airflow_sqlqueue.transport.validation import check_count
+from airflow_sqlqueue.transport.common.validation import check_count
+from airflow_sqlqueue.transport.operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION
 
 from .base import SqlQueueBaseOperator, rendered_number, text_table
 from .drain import SqlQueueDrainOperator, _max_map_length, _safe_name

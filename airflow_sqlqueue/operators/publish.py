@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport.pubsub import DEFAULT_SUBSCRIPTION_TABLE
+from airflow_sqlqueue.transport.operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE
 
 from .base import SqlQueueBaseOperator
 from .messages import outgoing_message

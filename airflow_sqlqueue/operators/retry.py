@@ -1,11 +1,11 @@
 """Retry failed messages in controlled batches as an Airflow task: logs, progress, retries, an audit trail, cancel.
 
-The task walks the error queue once (oldest first) in batches (:mod:`airflow_sqlqueue.transport.batch_retry`):
-each batch is one transaction, logged as a progress line and as an audit line (logger
-``airflow_sqlqueue.retry.audit``, JSON: run, batch, start and end time, returned per queue, left with reasons),
-and the batches are the task's return value (XCom). Stopping the task (mark it failed or success in the UI, or
-its timeout) cancels it before the next batch: a batch is never half done. A retry of the task starts again
-from the oldest message still there, so no message is returned twice.
+The task walks the error queue once (oldest first) in batches
+(:mod:`airflow_sqlqueue.transport.errorqueue.batch_retry`): each batch is one transaction, logged as a progress
+line and as an audit line (logger ``airflow_sqlqueue.retry.audit``, JSON: run, batch, start and end time, returned
+per queue, left with reasons), and the batches are the task's return value (XCom). Stopping the task (mark it
+failed or success in the UI, or its timeout) cancels it before the next batch: a batch is never half done. A retry
+of the task starts again from the oldest message still there, so no message is returned twice.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_sqlqueue import lineage, metrics
-from airflow_sqlqueue.transport.batch_retry import BatchPlan, BatchRecord, retry_in_batches
-from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, BatchRecord, retry_in_batches
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
 
 from .base import SqlQueueBaseOperator, queue_list, rendered_number
 

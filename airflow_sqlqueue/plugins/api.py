@@ -40,16 +40,16 @@ from pydantic import BaseModel, Field
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
 from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
-from airflow_sqlqueue.transport.connect import DatabaseConnectionError
-from airflow_sqlqueue.transport.error_browser import (
+from airflow_sqlqueue.transport.common.errors import InvalidAddressError, SqlQueueError
+from airflow_sqlqueue.transport.dialects.connect import DatabaseConnectionError
+from airflow_sqlqueue.transport.errorqueue.error_browser import (
     FailedFilter,
     Position,
     PositionsNotFoundError,
     RetryRefusedError,
     edit_and_retry,
 )
-from airflow_sqlqueue.transport.errors import InvalidAddressError, SqlQueueError
-from airflow_sqlqueue.transport.headers import FAILURE_HEADERS
+from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_edit

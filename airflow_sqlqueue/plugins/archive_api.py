@@ -26,9 +26,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel, Field
 
 from airflow_sqlqueue import metrics
-from airflow_sqlqueue.dashboard import audit as audit_log
-from airflow_sqlqueue.dashboard import sources
-from airflow_sqlqueue.transport.error_archive import (
+from airflow_sqlqueue.archive.error_archive import (
     ArchiveSelection,
     archive_failed,
     archive_page,
@@ -36,7 +34,9 @@ from airflow_sqlqueue.transport.error_archive import (
     read_archive,
     restore_archive,
 )
-from airflow_sqlqueue.transport.error_browser import FailedFilter
+from airflow_sqlqueue.dashboard import audit as audit_log
+from airflow_sqlqueue.dashboard import sources
+from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
 
 from .auth import EditorDep, ReaderDep, can_edit
 

@@ -19,7 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 #: The columns of a drained batch (see ``batch_schema`` in ``airflow_sqlqueue.operators.parquet``).
 INPUT_SCHEMA = StructType([

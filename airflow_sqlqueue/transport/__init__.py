@@ -1,10 +1,6 @@
 """Core transport for SQL queue tables (no Airflow import): usable from scripts, the CLI and tests."""
 
-from .address import QueueAddress
-from .claim import Claim
-from .dialects import Finding, RawRow, get_dialect
-from .drain import DrainSummary
-from .errors import (
+from .common.errors import (
     CircuitBreakerOpenError,
     CrossDatabaseTransactionError,
     DatabaseConnectionError,
@@ -16,13 +12,17 @@ from .errors import (
     SqlQueueError,
     UnsupportedConnectionError,
 )
-from .messages import OutgoingMessage, ReceivedMessage
-from .modes import TransactionMode
-from .partitions import Partition
-from .pubsub import PublishResult, Subscription
-from .pump import HandlerContext, ProcessSummary
-from .queue import ReceiveStats
+from .dialects import Finding, RawRow, get_dialect
+from .operations.drain import DrainSummary
+from .operations.partitions import Partition
+from .operations.pubsub import PublishResult, Subscription
+from .operations.pump import HandlerContext, ProcessSummary
+from .processing.claim import Claim
+from .processing.modes import TransactionMode
+from .tables.queue import ReceiveStats
 from .transport import ReceivedBatch, SqlQueueTransport, ddl_script
+from .wire.address import QueueAddress
+from .wire.messages import OutgoingMessage, ReceivedMessage
 
 __all__ = [
     "CircuitBreakerOpenError",

@@ -14,14 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from . import headers as h
-from .address import QueueAddress
-from .circuit_breaker import CircuitBreaker
-from .claim import Claim
-from .connect import connection_factory, default_catalog_of, paramstyle_of
+from .common.validation import check_count
 from .dialects import Dialect, Finding, RawRow, get_dialect
-from .drain import DrainSummary, Sink, drain
-from .error_browser import (
+from .dialects.connect import connection_factory, default_catalog_of, paramstyle_of
+from .errorqueue.error_browser import (
     FailedFilter,
     FailedPreview,
     Position,
@@ -31,20 +27,24 @@ from .error_browser import (
     failed_page,
     retry_positions,
 )
-from .error_queue import RetrySummary, retry_errors
-from .failures import FailureInfoStorage
-from .maintenance import check, purge_expired
-from .messages import OutgoingMessage, ReceivedMessage
-from .modes import TransactionMode
-from .partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
-from .pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
-from .pump import MessagePump, ProcessSummary
-from .queue import FIRST_SEQ, QueueBook, ReceiveStats, SeqRange
-from .recoverability import Recoverability
-from .sending import Outbox
-from .session import Session
-from .validation import check_count
-from .wakeups import Wakeups
+from .errorqueue.error_queue import RetrySummary, retry_errors
+from .operations.drain import DrainSummary, Sink, drain
+from .operations.maintenance import check, purge_expired
+from .operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
+from .operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
+from .operations.pump import MessagePump, ProcessSummary
+from .operations.wakeups import Wakeups
+from .processing.claim import Claim
+from .processing.modes import TransactionMode
+from .processing.recoverability import Recoverability
+from .processing.sending import Outbox
+from .tables.circuit_breaker import CircuitBreaker
+from .tables.queue import FIRST_SEQ, QueueBook, ReceiveStats, SeqRange
+from .tables.session import Session
+from .wire import headers as h
+from .wire.address import QueueAddress
+from .wire.failures import FailureInfoStorage
+from .wire.messages import OutgoingMessage, ReceivedMessage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -257,8 +257,8 @@ class SqlQueueTransport:
     def claim(self, queue: str | QueueAddress, max_messages: int = 1, *, take: bool = False) -> Claim:
         """Lock up to ``max_messages`` of the oldest messages in an open transaction; settle each, then commit.
 
-        See :class:`~airflow_sqlqueue.transport.claim.Claim`. Use it as a context manager (commit at the end of
-        the block, abandon on an error), or call ``commit``/``abandon`` yourself.
+        See :class:`~airflow_sqlqueue.transport.processing.claim.Claim`. Use it as a context manager (commit at the
+        end of the block, abandon on an error), or call ``commit``/``abandon`` yourself.
         """
         check_count(max_messages, "max_messages")
         return Claim(self.session, self.book.queue(queue), take=take).open(max_messages)

@@ -23,10 +23,10 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedSt
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
-from airflow_sqlqueue.transport.payload import to_payload
-from airflow_sqlqueue.transport.redaction import describe
-from airflow_sqlqueue.transport.validation import check_count, is_number
-from airflow_sqlqueue.transport.wakeups import Wakeups
+from airflow_sqlqueue.transport.common.redaction import describe
+from airflow_sqlqueue.transport.common.validation import check_count, is_number
+from airflow_sqlqueue.transport.operations.wakeups import Wakeups
+from airflow_sqlqueue.transport.wire.payload import to_payload
 
 log = logging.getLogger(__name__)
 

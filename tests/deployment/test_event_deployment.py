@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.headers import TIME_SENT, parse_wire_time
+from airflow_sqlqueue.transport.wire.headers import TIME_SENT, parse_wire_time
 from tests.deployment.harness import BIN, PG_URL, Deployment, figures_table, percentile, wait_for
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.address import QueueAddress
-from airflow_sqlqueue.transport.connect import connection_factory, default_catalog_of, paramstyle_of
 from airflow_sqlqueue.transport.dialects import get_dialect
+from airflow_sqlqueue.transport.dialects.connect import connection_factory, default_catalog_of, paramstyle_of
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 URL = os.environ.get("SQLQUEUE_TEST_MSSQL_URL")
 SKIP_REASON = "set SQLQUEUE_TEST_MSSQL_URL=mssql+pymssql://user:pass@host:port/db to run the SQL Server suite"

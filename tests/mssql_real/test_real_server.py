@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from airflow_sqlqueue.transport.address import QueueAddress
-from airflow_sqlqueue.transport.errors import QueueNotFoundError
+from airflow_sqlqueue.transport.common.errors import QueueNotFoundError
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 from tests.mssql_real.conftest import connect, drop_tables, needs, new_dialect
 
 DIALECT = new_dialect()

@@ -19,9 +19,9 @@ import pytest
 from airflow_sqlqueue.dashboard import failed as dashboard_failed
 from airflow_sqlqueue.maintenance import health
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport.address import QueueAddress
 from airflow_sqlqueue.transport.dialects.mssql import VALUES_CHUNK, MssqlDialect
-from airflow_sqlqueue.transport.modes import TransactionMode
+from airflow_sqlqueue.transport.processing.modes import TransactionMode
+from airflow_sqlqueue.transport.wire.address import QueueAddress
 from tests.mssql_real.conftest import URL, connect, drop_tables, needs, new_dialect
 
 Names = Callable[[str], str]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.failures import failure_headers
-from airflow_sqlqueue.transport.messages import as_body, as_text
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.failures import failure_headers
+from airflow_sqlqueue.transport.wire.messages import as_body, as_text
 
 from .helpers import table
 

@@ -23,7 +23,7 @@ from airflow_sqlqueue.transport import (
     UnsupportedConnectionError,
     get_dialect,
 )
-from airflow_sqlqueue.transport.headers import PoisonHeadersError, parse_headers, serialize_headers
+from airflow_sqlqueue.transport.wire.headers import PoisonHeadersError, parse_headers, serialize_headers
 from tests.conftest import own
 
 from .helpers import catalog, summary

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage, TransactionMode
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 from .helpers import MESSAGES, count, duplicates, error_rows, insert_raw, lost, summary, table
 from .workers import InjectedFailure

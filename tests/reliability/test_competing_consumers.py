@@ -20,8 +20,8 @@ from collections import Counter
 import pytest
 
 from airflow_sqlqueue.transport import TransactionMode
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.failures import FailureInfoStorage
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.failures import FailureInfoStorage
 
 from .helpers import MESSAGES, SEED, bodies, count, duplicates, error_rows, fill, lost, summary
 from .workers import ALWAYS_FAILS_EVERY, CountingHandler, InjectedFailure, process_in_child, should_fail

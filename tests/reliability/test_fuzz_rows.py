@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_sqlqueue.transport import headers as h
-from airflow_sqlqueue.transport.messages import as_body, as_text
+from airflow_sqlqueue.transport.wire import headers as h
+from airflow_sqlqueue.transport.wire.messages import as_body, as_text
 
 from .helpers import count, table
 

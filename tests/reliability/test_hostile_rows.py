@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport import headers as h
+from airflow_sqlqueue.transport.wire import headers as h
 
 from . import hostile
 from .helpers import count, run_cli, summary

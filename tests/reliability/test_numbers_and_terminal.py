@@ -13,7 +13,7 @@ import math
 import pytest
 
 from airflow_sqlqueue.transport import InvalidMessageError, OutgoingMessage
-from airflow_sqlqueue.transport.printable import printable, printable_json
+from airflow_sqlqueue.transport.common.printable import printable, printable_json
 
 from .helpers import count, run_cli
 

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 
 from airflow_sqlqueue.transport import CircuitBreakerOpenError, SqlQueueTransport, TransactionMode
-from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
-from airflow_sqlqueue.transport.connect import guard_connect
 from airflow_sqlqueue.transport.dialects import get_dialect
-from airflow_sqlqueue.transport.receivers import ReceiverLoop
-from airflow_sqlqueue.transport.session import RetryPolicy
+from airflow_sqlqueue.transport.dialects.connect import guard_connect
+from airflow_sqlqueue.transport.processing.receivers import ReceiverLoop
+from airflow_sqlqueue.transport.tables.circuit_breaker import CircuitBreaker
+from airflow_sqlqueue.transport.tables.session import RetryPolicy
 
 from .helpers import (
     MESSAGES,
@@ -242,7 +242,7 @@ def _fake_sleep(monkeypatch, clock: Clock) -> list[float]:
         slept.append(seconds)
         clock.now += seconds
 
-    monkeypatch.setattr("airflow_sqlqueue.transport.receivers.time.sleep", sleep)
+    monkeypatch.setattr("airflow_sqlqueue.transport.processing.receivers.time.sleep", sleep)
     return slept
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
 from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
-from airflow_sqlqueue.transport.circuit_breaker import CircuitBreaker
+from airflow_sqlqueue.transport.tables.circuit_breaker import CircuitBreaker
 
 from .helpers import insert_raw
 from .workers import InjectedFailure
@@ -259,10 +259,10 @@ def test_the_circuit_breaker_and_the_receiver_loop_log_no_password_a_driver_erro
     the breaker's own error carry the error's first line with the password blanked."""
     import psycopg
 
+    from airflow_sqlqueue.transport.common.errors import CircuitBreakerOpenError
     from airflow_sqlqueue.transport.dialects import get_dialect
-    from airflow_sqlqueue.transport.errors import CircuitBreakerOpenError
-    from airflow_sqlqueue.transport.receivers import ReceiverLoop
-    from airflow_sqlqueue.transport.session import RetryPolicy
+    from airflow_sqlqueue.transport.processing.receivers import ReceiverLoop
+    from airflow_sqlqueue.transport.tables.session import RetryPolicy
 
     caplog.set_level(logging.DEBUG, logger=LOGGERS)
     secret = _secret()

@@ -1,4 +1,9 @@
-"""Dialects by name: ``mssql``, ``postgres``, ``sqlite``."""
+"""One object per database (SQL Server, PostgreSQL, SQLite) owning its named-statement SQL file
+(``sql/<dialect>.sql``), identifier quoting, paramstyle and error kinds; connection URLs to DB-API connection
+factories. Dialects by name: ``mssql``, ``postgres``, ``sqlite``.
+
+May import: common, wire.
+"""
 
 from __future__ import annotations
 

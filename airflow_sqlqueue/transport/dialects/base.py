@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
-from ..address import QueueAddress
-from ..errors import UnsupportedConnectionError
-from ..messages import as_body, as_text, native_uuid
-from ..sqlfile import Statement, load_statements
+from ..common.errors import UnsupportedConnectionError
+from ..wire.address import QueueAddress
+from ..wire.messages import as_body, as_text, native_uuid
+from .sqlfile import Statement, load_statements
 
 Row = Sequence[Any]
 #: DB-API driver modules and the dialect each belongs to.

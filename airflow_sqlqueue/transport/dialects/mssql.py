@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from ..address import QueueAddress, format_mssql, parse_mssql, validate_mssql
-from ..errors import PermissionDeniedError, QueueNotFoundError
-from ..sqlfile import Statement, numbered
+from ..common.errors import PermissionDeniedError, QueueNotFoundError
+from ..wire.address import QueueAddress, format_mssql, parse_mssql, validate_mssql
 from .base import Dialect, Finding, RawRow, Row
+from .sqlfile import Statement, numbered
 
 log = logging.getLogger(__name__)
 

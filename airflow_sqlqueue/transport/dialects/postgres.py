@@ -6,8 +6,8 @@ import json
 import select
 from typing import Any
 
-from ..address import QueueAddress, format_postgres, parse_postgres
-from ..errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
+from ..common.errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
+from ..wire.address import QueueAddress, format_postgres, parse_postgres
 from .base import Dialect, Finding
 
 # SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html)

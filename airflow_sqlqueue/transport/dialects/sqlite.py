@@ -7,8 +7,8 @@ import sqlite3
 import uuid
 from typing import Any
 
-from ..address import QueueAddress, format_sqlite, parse_sqlite
-from ..errors import NameCollisionError, NotAQueueError
+from ..common.errors import NameCollisionError, NotAQueueError
+from ..wire.address import QueueAddress, format_sqlite, parse_sqlite
 from .base import Dialect, Finding
 
 EXPECTED_COLUMNS = {"id": "TEXT", "expires": "TEXT", "headers": "TEXT", "body": "BLOB", "seq": "INTEGER"}

@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import CircuitBreakerOpenError
-from .redaction import first_line
+from ..common.errors import CircuitBreakerOpenError
+from ..common.redaction import first_line
 
 log = logging.getLogger(__name__)
 

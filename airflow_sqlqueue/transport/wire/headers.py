@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import InvalidMessageError
+from ..common.errors import InvalidMessageError
 
 MESSAGE_ID = "NServiceBus.MessageId"
 ENCLOSED_MESSAGE_TYPES = "NServiceBus.EnclosedMessageTypes"

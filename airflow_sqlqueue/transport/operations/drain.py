@@ -6,13 +6,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from .circuit_breaker import CircuitBreaker
-from .claim import Claim
-from .messages import ReceivedMessage
-from .queue import SeqRange, TableQueue
-from .receivers import ReceiverLoop
-from .session import RetryPolicy, Session
-from .summaries import DrainSummary
+from ..processing.claim import Claim
+from ..processing.receivers import ReceiverLoop
+from ..processing.summaries import DrainSummary
+from ..tables.circuit_breaker import CircuitBreaker
+from ..tables.queue import SeqRange, TableQueue
+from ..tables.session import RetryPolicy, Session
+from ..wire.messages import ReceivedMessage
 
 __all__ = ["DrainSummary", "Sink", "drain"]
 

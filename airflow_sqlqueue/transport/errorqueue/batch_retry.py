@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .address import QueueAddress
+from ..wire.address import QueueAddress
 from .error_browser import FailedFilter, Position, failed_page, retry_batch
 
 if TYPE_CHECKING:
-    from .transport import SqlQueueTransport
+    from ..transport import SqlQueueTransport
 
 MAX_BATCH = 10_000
 

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from . import headers as h
-from .address import QueueAddress
-from .dialects import Dialect
-from .errors import ForwardRefusedError, InvalidAddressError, NotAQueueError, QueueNotFoundError
-from .failures import PoisonMessageError, error_row_headers, failure_headers
-from .headers import PoisonHeadersError, parse_headers
-from .ids import new_id
-from .messages import ReceivedMessage, as_body, as_text, native_uuid
-from .redaction import first_line
+from ..common.errors import ForwardRefusedError, InvalidAddressError, NotAQueueError, QueueNotFoundError
+from ..common.redaction import first_line
+from ..dialects import Dialect
+from ..wire import headers as h
+from ..wire.address import QueueAddress
+from ..wire.failures import PoisonMessageError, error_row_headers, failure_headers
+from ..wire.headers import PoisonHeadersError, parse_headers
+from ..wire.ids import new_id
+from ..wire.messages import ReceivedMessage, as_body, as_text, native_uuid
 
 log = logging.getLogger(__name__)
 

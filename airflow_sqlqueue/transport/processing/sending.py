@@ -11,11 +11,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import headers as h
-from .ids import id_stream
-from .messages import OutgoingMessage
-from .queue import QueueBook, TableQueue
-from .standard_headers import BatchHeaders, Origin, default_endpoint
+from ..tables.queue import QueueBook, TableQueue
+from ..wire import headers as h
+from ..wire.ids import id_stream
+from ..wire.messages import OutgoingMessage
+from ..wire.standard_headers import BatchHeaders, Origin, default_endpoint
 
 #: Headers writers an outbox keeps (one per origin: endpoint, intent, reply-to address).
 _MAX_WRITERS = 32

@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .address import QueueAddress
-from .archive_browser import archive_page, list_archives, read_archive, summary
-from .archive_store import MANIFEST_FORMAT, SCHEMA, ArchiveLocationError, ArchiveRefusedError, ArchiveStore
-from .error_browser import MAX_PAGE, FailedFilter, clean_text, failed_page
-from .errors import QueueNotFoundError
-from .headers import parse_wire_time
+from ..transport.common.errors import QueueNotFoundError
+from ..transport.errorqueue.error_browser import MAX_PAGE, FailedFilter, clean_text, failed_page
+from ..transport.wire.address import QueueAddress
+from ..transport.wire.headers import parse_wire_time
+from .browser import archive_page, list_archives, read_archive, summary
+from .store import MANIFEST_FORMAT, SCHEMA, ArchiveLocationError, ArchiveRefusedError, ArchiveStore
 
 if TYPE_CHECKING:
-    from .transport import SqlQueueTransport
+    from ..transport.transport import SqlQueueTransport
 
 MAX_BATCH = 10_000
 MAX_GROUPS = 1_000

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .errors import InvalidMessageError
+from ..common.errors import InvalidMessageError
+from ..common.validation import is_number
 from .headers import MESSAGE_ID, serialize_headers
-from .validation import is_number
 
 YEAR = 365 * 24 * 3600
 MAX_SECONDS = 100 * YEAR

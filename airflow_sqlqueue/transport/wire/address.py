@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .errors import InvalidAddressError
+from ..common.errors import InvalidAddressError
 
 MSSQL_MAX_IDENTIFIER = 128
 POSTGRES_MAX_TABLE_BYTES = 55

@@ -6,11 +6,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .dialects import Finding
+from ..common.validation import check_count
+from ..dialects import Finding
+from ..tables.queue import TableQueue
+from ..tables.session import Session
 from .migration import MIGRATIONS, migrate, run_outside_transaction
-from .queue import TableQueue
-from .session import Session
-from .validation import check_count
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import headers as h
-from .address import QueueAddress
+from ..common.errors import InvalidAddressError
+from ..wire import headers as h
+from ..wire.address import QueueAddress
+from ..wire.headers import PoisonHeadersError, parse_headers
 from .error_queue import restored_headers
-from .errors import InvalidAddressError
-from .headers import PoisonHeadersError, parse_headers
 
 if TYPE_CHECKING:
-    from .transport import SqlQueueTransport
+    from ..transport import SqlQueueTransport
 
 #: Preview sizes: what a page holds of each message, at most.
 HEADERS_PREVIEW_CHARS = 16_384

@@ -21,10 +21,10 @@ import itertools
 import threading
 from typing import Any
 
-from .errors import SqlQueueError
-from .messages import ReceivedMessage
-from .queue import ReceiveStats, SeqRange, TableQueue
-from .session import Session, Transaction
+from ..common.errors import SqlQueueError
+from ..tables.queue import ReceiveStats, SeqRange, TableQueue
+from ..tables.session import Session, Transaction
+from ..wire.messages import ReceivedMessage
 
 
 class ClaimClosedError(SqlQueueError):

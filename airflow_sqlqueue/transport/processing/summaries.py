@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import cache
 from typing import Any
 
-from .queue import ReceiveStats
+from ..tables.queue import ReceiveStats
 
 
 @cache

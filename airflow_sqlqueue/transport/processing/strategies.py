@@ -25,19 +25,19 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import headers as h
+from ..common.errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueueError
+from ..common.printable import printable, printable_lines
+from ..dialects import Dialect
+from ..tables.queue import TableQueue
+from ..tables.session import Session
+from ..wire import headers as h
+from ..wire.failures import exception_text
+from ..wire.messages import OutgoingMessage, ReceivedMessage
+from ..wire.standard_headers import REPLY, SEND, Origin
 from .claim import Claim
-from .dialects import Dialect
-from .errors import CrossDatabaseTransactionError, InvalidAddressError, SqlQueueError
-from .failures import exception_text
-from .messages import OutgoingMessage, ReceivedMessage
 from .modes import TransactionMode
-from .printable import printable, printable_lines
-from .queue import TableQueue
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
-from .session import Session
-from .standard_headers import REPLY, SEND, Origin
 from .summaries import ProcessSummary
 
 log = logging.getLogger(__name__)

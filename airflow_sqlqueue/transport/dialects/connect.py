@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .errors import DatabaseConnectionError, SqlQueueError, UnsupportedConnectionError
-from .redaction import SCHEME, blank, blank_url_password, password_span, redact_url
+from ..common.errors import DatabaseConnectionError, SqlQueueError, UnsupportedConnectionError
+from ..common.redaction import SCHEME, blank, blank_url_password, password_span, redact_url
 
 SCHEMES = ("sqlite:///path.db", "postgresql://user:pass@host:5432/db", "mssql+pymssql://user:pass@host:1433/db",
            "mssql+pyodbc://user:pass@host:1433/db?driver=FreeTDS")

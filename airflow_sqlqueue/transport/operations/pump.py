@@ -6,15 +6,15 @@ import threading
 import time
 from typing import Any
 
-from .circuit_breaker import CircuitBreaker
-from .modes import TransactionMode
-from .queue import QueueBook, TableQueue
-from .receivers import ReceiverLoop
-from .recoverability import Recoverability
-from .sending import Outbox
-from .session import RetryPolicy, Session
-from .strategies import Handler, HandlerContext, strategy_for
-from .summaries import ProcessSummary
+from ..processing.modes import TransactionMode
+from ..processing.receivers import ReceiverLoop
+from ..processing.recoverability import Recoverability
+from ..processing.sending import Outbox
+from ..processing.strategies import Handler, HandlerContext, strategy_for
+from ..processing.summaries import ProcessSummary
+from ..tables.circuit_breaker import CircuitBreaker
+from ..tables.queue import QueueBook, TableQueue
+from ..tables.session import RetryPolicy, Session
 
 __all__ = ["HandlerContext", "MessagePump", "ProcessSummary"]
 

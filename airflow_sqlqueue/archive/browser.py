@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from .archive_store import BROWSE_COLUMNS, ArchiveRefusedError, ArchiveStore
-from .error_browser import HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text
+from ..transport.errorqueue.error_browser import HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text
+from .store import BROWSE_COLUMNS, ArchiveRefusedError, ArchiveStore
 
 
 def summary(manifest: dict[str, Any]) -> dict[str, Any]:

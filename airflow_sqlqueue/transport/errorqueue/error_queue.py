@@ -7,16 +7,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import headers as h
-from .address import QueueAddress
-from .dialects import RawRow
-from .errors import InvalidAddressError, NotAQueueError
-from .headers import PoisonHeadersError, parse_headers
-from .messages import ReceivedMessage
-from .queue import FIRST_SEQ
+from ..common.errors import InvalidAddressError, NotAQueueError
+from ..dialects import RawRow
+from ..tables.queue import FIRST_SEQ
+from ..wire import headers as h
+from ..wire.address import QueueAddress
+from ..wire.headers import PoisonHeadersError, parse_headers
+from ..wire.messages import ReceivedMessage
 
 if TYPE_CHECKING:
-    from .transport import SqlQueueTransport
+    from ..transport import SqlQueueTransport
 
 log = logging.getLogger(__name__)
 BATCH = 500

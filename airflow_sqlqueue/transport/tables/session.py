@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from .circuit_breaker import CircuitBreaker
-from .dialects import Dialect
-from .errors import (
+from ..common.errors import (
     DatabaseConnectionError,
     InvalidMessageError,
     NotAQueueError,
@@ -23,7 +21,9 @@ from .errors import (
     QueueNotFoundError,
     SqlQueueError,
 )
-from .redaction import first_line
+from ..common.redaction import first_line
+from ..dialects import Dialect
+from .circuit_breaker import CircuitBreaker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

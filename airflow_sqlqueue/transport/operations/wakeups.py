@@ -16,10 +16,10 @@ import logging
 import time
 from typing import Any
 
-from .queue import TableQueue
-from .redaction import first_line
-from .session import Session, close_quietly
-from .validation import check_seconds
+from ..common.redaction import first_line
+from ..common.validation import check_seconds
+from ..tables.queue import TableQueue
+from ..tables.session import Session, close_quietly
 
 log = logging.getLogger(__name__)
 

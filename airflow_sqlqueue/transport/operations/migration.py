@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .errors import NameCollisionError, NotAQueueError
-from .queue import TableQueue
-from .session import Session
+from ..common.errors import NameCollisionError, NotAQueueError
+from ..tables.queue import TableQueue
+from ..tables.session import Session
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .queue import SeqRange, TableQueue
-from .session import Session
-from .validation import check_count
+from ..common.validation import check_count
+from ..tables.queue import SeqRange, TableQueue
+from ..tables.session import Session
 
 __all__ = ["DEFAULT_MAX_PARTITIONS", "DEFAULT_MESSAGES_PER_PARTITION", "Partition", "partition_count",
            "plan_partitions"]

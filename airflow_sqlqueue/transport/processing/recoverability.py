@@ -12,10 +12,10 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from . import headers as h
-from .failures import FailureInfoStorage
-from .messages import ReceivedMessage
-from .validation import check_count, check_seconds
+from ..common.validation import check_count, check_seconds
+from ..wire import headers as h
+from ..wire.failures import FailureInfoStorage
+from ..wire.messages import ReceivedMessage
 
 #: Header NServiceBus keeps the count of delayed retries in, and when the last one was made (wire format), as
 #: core's delayed retry writes them.

@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .redaction import first_line
-from .session import RetryPolicy
-from .validation import check_count, check_seconds
+from ..common.redaction import first_line
+from ..common.validation import check_count, check_seconds
+from ..tables.session import RetryPolicy
 
 log = logging.getLogger(__name__)
 

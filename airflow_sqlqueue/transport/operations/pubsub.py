@@ -17,14 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import headers as h
-from .address import QueueAddress
-from .errors import InvalidAddressError, InvalidMessageError, QueueNotFoundError
-from .messages import OutgoingMessage
-from .queue import QueueBook, TableQueue
-from .sending import Outbox
-from .session import Session
-from .standard_headers import PUBLISH, Origin, standard_headers
+from ..common.errors import InvalidAddressError, InvalidMessageError, QueueNotFoundError
+from ..processing.sending import Outbox
+from ..tables.queue import QueueBook, TableQueue
+from ..tables.session import Session
+from ..wire import headers as h
+from ..wire.address import QueueAddress
+from ..wire.messages import OutgoingMessage
+from ..wire.standard_headers import PUBLISH, Origin, standard_headers
 
 log = logging.getLogger(__name__)
 
