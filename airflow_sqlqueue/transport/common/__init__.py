@@ -1,4 +1,5 @@
-"""Leaves every floor uses: the exception family, checks of user-given numbers, secret redaction, text made printable.
+"""Leaves every floor uses: the exception family, checks of user-given numbers, secret redaction, text made
+printable.
 
 May import: nothing of the core.
 """
