@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.airflow_env  # noqa: F401  (Airflow's home and DAGs folder set before any test module imports Airflow)
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.wire.standard_headers import STANDARD
 
