@@ -15,7 +15,7 @@ import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport.wire import headers as h
-from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, retry_in_batches
+from airflow_sqlqueue.transport.errorqueue.batches import BatchPlan
 from tests.conftest import Db
 
 
@@ -45,8 +45,8 @@ def test_ten_thousand_failed_messages_come_back_once_within_the_rate_limit(db: D
     rate = 5_000.0
     plan = BatchPlan(batch_size=1_000, ramp_start=100, rate_per_second=rate)
     records: list[Any] = []
-    summary = retry_in_batches(db.transport, db.q("error"), plan, allowed=lambda a: True,
-                               on_batch=records.append).as_dict()
+    errors = db.transport.errors(db.q("error"), allowed=[db.q("orders")])
+    summary = errors.retry_in_batches(plan, on_batch=records.append).as_dict()
     back = Counter(str(r.id) for r in db.transport.browse(db.q("orders"), limit=20_000))
     assert set(back) == set(made["orders"]) and set(back.values()) == {1}  # each one, exactly once
     assert db.transport.count(db.q("error")) == 0 and summary["total_returned"] == 10_000
@@ -59,9 +59,9 @@ def test_ten_thousand_failed_messages_come_back_once_within_the_rate_limit(db: D
 def test_redirects_allow_list_and_cancel(db: Db) -> None:
     db.transport.create_queues([db.q(q) for q in ("orders", "orders_v2", "billing", "audit", "error")])
     made = fail_into_error(db, {"orders": 30, "billing": 5, "audit": 5})
-    allowed = {db.transport.address(db.q(q)) for q in ("orders_v2", "billing")}
-    summary = retry_in_batches(db.transport, db.q("error"), BatchPlan(batch_size=10), redirects={
-        db.q("orders"): db.q("orders_v2")}, allowed=lambda a: a in allowed).as_dict()
+    allowed = [db.q(q) for q in ("orders_v2", "billing")]
+    errors = db.transport.errors(db.q("error"), allowed=allowed, redirects={db.q("orders"): db.q("orders_v2")})
+    summary = errors.retry_in_batches(BatchPlan(batch_size=10)).as_dict()
     assert summary["returned"] == {db.transport.name(db.q("orders_v2")): 30, db.transport.name(db.q("billing")): 5}
     assert db.transport.count(db.q("orders")) == 0 and db.transport.count(db.q("orders_v2")) == 30
     left = summary["left"]
@@ -70,8 +70,8 @@ def test_redirects_allow_list_and_cancel(db: Db) -> None:
 
     more = fail_into_error(db, {"billing": 50})
     stops = iter([False, False, True])
-    cancelled = retry_in_batches(db.transport, db.q("error"), BatchPlan(batch_size=10), allowed=lambda a: a in allowed,
-                                 should_stop=lambda: next(stops)).as_dict()
+    cancelled = db.transport.errors(db.q("error"), allowed=allowed).retry_in_batches(
+        BatchPlan(batch_size=10), should_stop=lambda: next(stops)).as_dict()
     assert cancelled["cancelled"] and len(cancelled["batches"]) == 2
     assert db.transport.count(db.q("error")) == 5 + 50 - cancelled["total_returned"]
     assert cancelled["total_returned"] == 15  # 5 audit rows looked at and left, then 15 billing ones

@@ -445,13 +445,15 @@ def test_retry_errors_lists_filters_and_returns(cli: Cli):
     assert sorted(grouped) == sorted([[wire(orders), "TimeoutError", "3"], [wire(billing), "KeyError", "1"]])
     assert [m["body"] for m in cli("--json", "retry-errors", "--list", "--filter", "exception=Key").json] == ["b0"]
 
-    back = cli("--json", "retry-errors", "--filter", "failedq=orders", "--max", "2").json
+    assert "--allow" in cli("retry-errors", code=2).err  # no destination named: nothing moves
+    assert cli.db.transport.peek(error) == 4
+    back = cli("--json", "retry-errors", "--allow", orders, "--filter", "failedq=orders", "--max", "2").json
     assert back[0]["returned"] == {cli.name("orders"): 2} and back[0]["total_returned"] == 2
     assert cli.db.transport.peek(error) == 2
     assert "unknown --filter colour" in cli("retry-errors", "--filter", "colour=red", code=2).err
-    rest = cli("retry-errors").out.splitlines()
+    rest = cli("retry-errors", "--allow", f"{orders},{billing}").out.splitlines()
     assert sorted(line.split() for line in rest[2:]) == [[cli.name("billing"), "1"], [cli.name("orders"), "1"]]
-    assert cli("retry-errors").out == "nothing returned\n"
+    assert cli("retry-errors", "--allow", orders).out == "nothing returned\n"
     bodies = [m["body"] for m in cli("--json", "receive", orders, "--max", "5").json]
     assert bodies == ["o0", "o1", "o2"]  # returned with their Id and body, oldest first
 

@@ -28,7 +28,7 @@ from airflow_sqlqueue.archive.error_archive import (
 )
 from airflow_sqlqueue.archive.store import ArchiveLocationError
 from airflow_sqlqueue.transport import OutgoingMessage
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 from airflow_sqlqueue.transport.wire import headers as h
 from tests.conftest import Db
 

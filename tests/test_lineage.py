@@ -140,10 +140,11 @@ def test_operators_that_move_messages_between_tables_report_both_tables(
                                            partition=partition.as_dict(), output_path=str(tmp_path / "p"))
     assert len(drain.execute({})) == 1
     assert found(drain) == ([(namespace, "orders")], [("file", str(tmp_path / "p"))])
-    batch = SqlQueueBatchRetryOperator(task_id="batch", sqlqueue_conn_id=conn, failed_q="billing")
+    batch = SqlQueueBatchRetryOperator(task_id="batch", sqlqueue_conn_id=conn, failed_q="billing",
+                                       allowed_queues=["billing"])
     assert found(batch) == ([(namespace, "error")], [])  # before it ran: nothing returned yet
     batch.execute({})
     assert found(batch) == ([(namespace, "error")], [(namespace, "billing")])
-    retry = SqlQueueRetryErrorsOperator(task_id="retry", sqlqueue_conn_id=conn)
+    retry = SqlQueueRetryErrorsOperator(task_id="retry", sqlqueue_conn_id=conn, allowed_queues=["orders"])
     retry.execute({})
     assert found(retry) == ([(namespace, "error")], [(namespace, "orders")])

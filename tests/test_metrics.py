@@ -103,7 +103,8 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
                               immediate_retries=0).execute({})
         SqlQueueBatchRetryOperator(task_id="retry", sqlqueue_conn_id=conn, batch_size=2, failed_q="billing",
                                    allowed_queues=["billing"]).execute({})
-        SqlQueueRetryErrorsOperator(task_id="retry_errors", sqlqueue_conn_id=conn, failed_q="orders").execute({})
+        SqlQueueRetryErrorsOperator(task_id="retry_errors", sqlqueue_conn_id=conn, failed_q="orders",
+                                    allowed_queues="orders").execute({})
         [part] = transport.plan_partitions("billing", partitions=1)
         SqlQueuePartitionDrainOperator(task_id="part", sqlqueue_conn_id=conn, queue_name="billing",
                                        partition=part.as_dict(), output_path=str(tmp_path / "p")).execute({})

@@ -29,7 +29,7 @@ from sqlglot import exp
 from airflow_sqlqueue.maintenance.health import SamplesTable, _statements
 from airflow_sqlqueue.transport.dialects.mssql import MssqlDialect
 from airflow_sqlqueue.transport.dialects.sqlfile import Statement, numbered
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 from airflow_sqlqueue.transport.wire.address import QueueAddress
 
 MARKER = re.compile(r"%\((\w+)\)s")
@@ -306,7 +306,7 @@ def test_operations_send_every_statement_as_written_for_an_odd_queue_name(level:
     transport.receive(name, 5)
     transport.check(name)
     transport.discover()
-    transport.retry_errors()
+    transport.retry_errors(allowed=[name])
     health.record_samples(transport, [{"conn_id": "c", "queue": name, "depth": 1, "oldest_age_seconds": None}],
                           dialect.format_address(samples), retention_days=1)
     health.recent_samples(transport, dialect.format_address(samples), "c", name, datetime.datetime(2026, 1, 1))

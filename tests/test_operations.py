@@ -480,10 +480,10 @@ def test_retry_errors_returns_to_failed_queue(queues):
     assert summary.failed == 1
     t.send(queues.q("error"), OutgoingMessage(b"orphan", {h.FAILED_Q: t.name(queues.q("missing"))}))
     t.send(queues.q("error"), OutgoingMessage(b"nowhere", {"k": "no FailedQ"}))
-    result = t.retry_errors()
+    result = t.retry_errors(allowed=[q, queues.q("missing")])
     assert result.returned == {t.name(q): 1}
     assert sorted(item["reason"] for item in result.left) == sorted(
-        [f"queue {t.name(queues.q('missing'))} does not exist", f"no {h.FAILED_Q} header"])
+        [f"queue {t.name(queues.q('missing'))} does not exist", f"it has no {h.FAILED_Q} header"])
     [back] = t.receive(q)
     # as ServiceControl's retry: failure headers gone by prefix; the processing endpoint and host stay
     kept = {h.PROCESSING_ENDPOINT, h.PROCESSING_MACHINE, h.HOST_ID, h.HOST_DISPLAY_NAME}
@@ -497,14 +497,14 @@ def test_retry_errors_with_selection_and_limit(queues):
     t, q = queues.transport, queues.q("orders")
     failed_q = {h.FAILED_Q: t.name(q)}
     t.send_many(queues.q("error"), [OutgoingMessage(f"e{i}".encode(), {**failed_q, "i": str(i)}) for i in range(6)])
-    result = t.retry_errors(select=lambda m: int(m.headers["i"]) % 2 == 0, max_messages=2)
+    result = t.retry_errors(select=lambda m: int(m.headers["i"]) % 2 == 0, max_messages=2, allowed=[q])
     assert result.total_returned == 2
     assert [m.body for m in t.receive(q, 10)] == [b"e0", b"e2"]
     assert count(queues, "error") == 4
 
 
 def test_failures_grouped_by_failed_queue_and_exception_over_pages(queues):
-    from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of
+    from airflow_sqlqueue.transport.errorqueue.groups import FailureGroups, failure_of
 
     t, error = queues.transport, queues.q("error")
     failed = {h.FAILED_Q: "orders", h.EXCEPTION_TYPE: "System.TimeoutException"}
@@ -518,7 +518,7 @@ def test_failures_grouped_by_failed_queue_and_exception_over_pages(queues):
     queues.sql(f"INSERT INTO {table} (id, headers, body) VALUES ({placeholder}, '[1]', NULL)",  # noqa: S608
                (str(uuid.uuid4()),))
     groups = FailureGroups()
-    rows = list(failed_rows(t, error, page=2))  # several pages
+    rows = list(t.errors(error).rows(page=2))  # several pages
     for row in rows:
         groups.add(failure_of(row.headers))
     assert len(rows) == 9 and groups.total == 9 and count(queues, "error") == 9  # nothing taken
@@ -543,7 +543,7 @@ def test_missing_queue_is_a_clear_error_and_changes_nothing(queues):
         lambda: t.purge_expired(missing),
         lambda: t.move_due_delayed(missing),
         lambda: t.browse(missing),
-        lambda: t.retry_errors(error_queue=missing),
+        lambda: t.retry_errors(error_queue=missing, allowed=[queues.q("orders")]),
     ]
     for operation in operations:
         with pytest.raises(QueueNotFoundError) as info:
@@ -854,7 +854,7 @@ def test_values_travel_as_parameters(queues, monkeypatch):
     t.process(q, lambda m, c: 1 / 0, immediate_retries=0, mode="transaction-scope")
     t.purge_expired(q, batch_size=4321)
     t.move_due_delayed(q, batch_size=87)
-    t.retry_errors()
+    t.retry_errors(allowed=[q])
     t.check(q)
     t.discover()
     assert len(prepared) > 15

@@ -2,17 +2,15 @@
 
 A page never reads a body: each archived row carries its sizes and a body preview, and a later page skips the
 Parquet row groups before it by the ``seq`` column's statistics. Previews are valid Unicode (see
-``error_browser.clean_text``), so they can be sent as JSON; rows are untrusted and never executed.
+``previews.clean_text``), so they can be sent as JSON; rows are untrusted and never executed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from ..transport.errorqueue.error_browser import HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text
-from .store import BROWSE_COLUMNS, ArchiveRefusedError, ArchiveStore
+from ..transport.errorqueue.previews import HEADERS_PREVIEW_CHARS, MAX_PAGE, FailedFilter, clean_text
+from .store import ArchiveRefusedError, ArchiveStore, browse_columns
 
 
 def summary(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -97,12 +95,11 @@ def archive_page(location: str, archive_id: str, *, after_seq: int = 0, limit: i
     where = where or FailedFilter()
     out: list[dict[str, Any]] = []
     for entry in manifest.get("files", []):
-        with store.fs.open_input_file(store.path(archive_id, entry["path"])) as f:
-            reader = pq.ParquetFile(f)
+        with store.parquet_file(archive_id, entry["path"]) as reader:
             groups = _groups_after(reader, after_seq)
             if not groups:
                 continue
-            for batch in reader.iter_batches(columns=BROWSE_COLUMNS, batch_size=512, row_groups=groups):
+            for batch in reader.iter_batches(columns=browse_columns(), batch_size=512, row_groups=groups):
                 for row in batch.to_pylist():
                     if _matches(row, after_seq, where):
                         out.append(_browse_row(row, restored, not_found))

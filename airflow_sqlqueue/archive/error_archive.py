@@ -29,15 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ..transport.common.errors import QueueNotFoundError
-from ..transport.errorqueue.error_browser import MAX_PAGE, FailedFilter, clean_text, failed_page
+from ..transport.errorqueue.error_queue import ErrorQueue
+from ..transport.errorqueue.previews import MAX_PAGE, FailedFilter, Position, clean_text
 from ..transport.wire.address import QueueAddress
 from ..transport.wire.headers import parse_wire_time
 from .browser import archive_page, list_archives, read_archive, summary
-from .store import MANIFEST_FORMAT, SCHEMA, ArchiveLocationError, ArchiveRefusedError, ArchiveStore
+from .store import MANIFEST_FORMAT, ArchiveLocationError, ArchiveRefusedError, ArchiveStore, archive_schema
 
 if TYPE_CHECKING:
     from ..transport.transport import SqlQueueTransport
@@ -142,14 +140,17 @@ class _Parts:
         self._stream: Any = None
 
     def write(self, columns: dict[str, list[Any]]) -> None:
-        table = pa.table(columns, schema=SCHEMA)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table(columns, schema=archive_schema())
         offset = 0
         while offset < table.num_rows:
             if self._writer is None:
                 name = f"part-{len(self.files):05d}.parquet"
                 self.files.append({"path": name, "rows": 0})
                 self._stream = self.store.fs.open_output_stream(self.store.path(self.archive_id, f".{name}.tmp"))
-                self._writer = pq.ParquetWriter(self._stream, SCHEMA, compression="zstd")
+                self._writer = pq.ParquetWriter(self._stream, archive_schema(), compression="zstd")
             take = min(table.num_rows - offset, self.rows_per_file - self.files[-1]["rows"])
             self._writer.write_table(table.slice(offset, take))
             self.files[-1]["rows"] += take
@@ -173,20 +174,17 @@ class _Parts:
         return self.files
 
 
-def _read_rows(transport: SqlQueueTransport, ids: dict[str, str], selected: list[int]) -> list[Any]:
-    dialect = transport.dialect
+def _read_rows(errors: ErrorQueue, selected: list[int]) -> list[Any]:
     rows: list[Any] = []
     for first, last in _runs(selected):
-        rows += transport.run(lambda cur, a=first - 1, b=last: dialect.execute(
-            cur, "archive_rows", {"after_seq": a, "through_seq": b}, **ids).fetchall(),
-            what="read failed messages to archive", read_only=True)
+        rows += errors.whole_rows(first, last)
     wanted = set(selected)
     return [r for r in rows if int(r[9]) in wanted]
 
 
 def _columns(rows: list[Any], previews: dict[int, Any], manifest: dict[str, Any],
              groups: dict[tuple[Any, ...], int]) -> dict[str, list[Any]]:
-    columns: dict[str, list[Any]] = {n: [] for n in SCHEMA.names}
+    columns: dict[str, list[Any]] = {n: [] for n in archive_schema().names}
     for raw_id, correlation, reply_to, recoverable, expires, headers_type, headers, body_type, body, seq in rows:
         seq = int(seq)
         id_text, id_ok = _text(raw_id)
@@ -223,8 +221,7 @@ def _verify(store: ArchiveStore, manifest: dict[str, Any]) -> None:
     """Read every file back: row counts and positions as recorded, in order; record sizes and checksums."""
     at = 0
     for entry in manifest["files"]:
-        with store.fs.open_input_file(store.path(manifest["archive_id"], entry["path"])) as f:
-            reader = pq.ParquetFile(f)
+        with store.parquet_file(manifest["archive_id"], entry["path"]) as reader:
             if reader.metadata.num_rows != entry["rows"]:
                 raise OSError(f"archive file {entry['path']} holds {reader.metadata.num_rows} rows, not "
                               f"{entry['rows']}: nothing was deleted")
@@ -241,19 +238,13 @@ def _verify(store: ArchiveStore, manifest: dict[str, Any]) -> None:
 def _delete(transport: SqlQueueTransport, store: ArchiveStore, manifest: dict[str, Any], batch_size: int,
             resumed: bool) -> None:
     """Delete the archived rows by position and Id, a batch per transaction, recording progress after each."""
-    table = transport.book.queue(manifest["queue"])
-    dialect = transport.dialect
+    errors = transport.errors(manifest["queue"])
     progress = manifest["delete"]
     start = progress["done"]
     total = len(manifest["seqs"])
     for k in range(start, total, batch_size):
         chunk = list(zip(manifest["seqs"][k:k + batch_size], manifest["ids"][k:k + batch_size], strict=True))
-
-        def work(cur: Any, chunk: list[tuple[int, str]] = chunk) -> list[tuple[int, str]]:
-            return [(s, i) for s, i in chunk
-                    if (dialect.execute(cur, "delete_position", {"seq": s, "id": i}, **table.ids).rowcount or 0) < 1]
-
-        missing = transport.run(work, what=f"delete archived messages from {table.name!r}")
+        missing = [(p.seq, p.id) for p in errors.delete_found(Position(s, i) for s, i in chunk)]
         if resumed and k == start:
             # a crash may have committed this batch before its progress was recorded: rows not found are ours
             progress["unsure_batch_missing"] = len(missing)
@@ -301,6 +292,7 @@ def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress
         raise QueueNotFoundError(f"error queue {table.name!r} does not exist; check its name (and schema): nothing "
                                  "was archived")
     store = ArchiveStore.open(location)
+    errors = transport.errors(table.address)
     resumed = resume_deletes(transport, table.address, location, batch_size)
     archive_id = new_archive_id()
     manifest: dict[str, Any] = {
@@ -318,8 +310,8 @@ def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress
     limit = selection.max_messages
     while limit is None or len(manifest["seqs"]) < limit:
         size = batch_size if limit is None else min(batch_size, limit - len(manifest["seqs"]))
-        page = failed_page(transport, table.address, after_seq=after, limit=min(size, MAX_PAGE),
-                           where=selection.where, headers_chars=1, body_bytes=1)
+        page = errors.page(after_seq=after, limit=min(size, MAX_PAGE), where=selection.where, headers_chars=1,
+                           body_bytes=1)
         if not page:
             break
         looked += len(page)
@@ -328,7 +320,7 @@ def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress
             (when := time_of_failure(p.time_of_failure)) is not None and when < selection.cutoff)}
         if not chosen:
             continue
-        rows = _read_rows(transport, table.ids, sorted(chosen))
+        rows = _read_rows(errors, sorted(chosen))
         columns = _columns(rows, chosen, manifest, groups)
         if columns["id"]:
             parts.write(columns)
@@ -355,8 +347,8 @@ def archive_failed(transport: SqlQueueTransport, error_queue: str | QueueAddress
 
 def _archived_rows(store: ArchiveStore, manifest: dict[str, Any], wanted: set[str]) -> Iterator[dict[str, Any]]:
     for entry in manifest["files"]:
-        with store.fs.open_input_file(store.path(manifest["archive_id"], entry["path"])) as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
+        with store.parquet_file(manifest["archive_id"], entry["path"]) as reader:
+            for batch in reader.iter_batches(batch_size=256):
                 ids = batch.column(batch.schema.get_field_index("id")).to_pylist()
                 if not wanted.intersection(ids):
                     continue
@@ -410,7 +402,7 @@ def restore_archive(transport: SqlQueueTransport, location: str, archive_id: str
     already = chosen & set(manifest["restored"])
     unsure = set(manifest.get("restore_pending", []))
     wanted = chosen - already
-    dialect = transport.dialect
+    errors = transport.errors(table.address)
     restored = present = 0
     batch: list[dict[str, Any]] = []
 
@@ -419,18 +411,7 @@ def restore_archive(transport: SqlQueueTransport, location: str, archive_id: str
         manifest["restore_pending"] = [r["id"] for r in batch]
         store.write_manifest(manifest)
 
-        def work(cur: Any) -> tuple[int, int]:
-            added = there = 0
-            for row in batch:
-                if row["id"] in unsure and int(dialect.scalar(cur, "id_present", {"id": row["id"]},
-                                                              **table.ids) or 0):
-                    there += 1
-                    continue
-                count = dialect.execute(cur, "restore_row", _restore_params(transport, row), **table.ids).rowcount
-                added, there = (added + 1, there) if (count or 0) > 0 or count == -1 else (added, there + 1)
-            return added, there
-
-        added, there = transport.run(work, what=f"restore archived messages into {table.name!r}")
+        added, there = errors.restore((_restore_params(transport, row) for row in batch), unsure)
         restored += added
         present += there
         manifest["restored"] += [r["id"] for r in batch]

@@ -1,5 +1,5 @@
 """Where error archives live: a location (a local directory or a URI ``pyarrow.fs`` understands), one folder per
-archive holding its Parquet files (columns: ``SCHEMA``) and its ``manifest.json``.
+archive holding its Parquet files (columns: ``archive_schema()``) and its ``manifest.json``.
 
 A local file is written under a hidden name, fsync'ed, renamed into place and its directory fsync'ed; an object
 store gets one complete PUT per file. Either way a file is whole or absent. Archive ids are checked against a
@@ -13,11 +13,12 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
+from airflow_sqlqueue.extras import require
 
 MANIFEST = "manifest.json"
 _ARCHIVE_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,99}$")
@@ -27,15 +28,24 @@ class ArchiveRefusedError(ValueError):
     """An archive or restore that cannot be done as asked (said why and how to fix it); nothing was changed."""
 
 
-SCHEMA = pa.schema([
-    ("id", pa.string()), ("seq", pa.int64()), ("correlation_id", pa.string()), ("reply_to_address", pa.string()),
-    ("recoverable", pa.bool_()), ("expires", pa.string()),
-    ("headers", pa.binary()), ("headers_type", pa.string()), ("body", pa.binary()), ("body_type", pa.string()),
-    ("time_of_failure", pa.timestamp("us", tz="UTC")), ("failed_q", pa.string()), ("exception_type", pa.string()),
-    ("message_type", pa.string()), ("headers_length", pa.int64()), ("body_length", pa.int64()),
-    ("body_preview", pa.binary()),
-])
-BROWSE_COLUMNS = [n for n in SCHEMA.names if n != "body"]  # every column but the bodies
+@cache
+def archive_schema() -> Any:
+    """The columns of an archive's Parquet files (pyarrow is loaded only when an archive is used)."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("id", pa.string()), ("seq", pa.int64()), ("correlation_id", pa.string()), ("reply_to_address", pa.string()),
+        ("recoverable", pa.bool_()), ("expires", pa.string()),
+        ("headers", pa.binary()), ("headers_type", pa.string()), ("body", pa.binary()), ("body_type", pa.string()),
+        ("time_of_failure", pa.timestamp("us", tz="UTC")), ("failed_q", pa.string()), ("exception_type", pa.string()),
+        ("message_type", pa.string()), ("headers_length", pa.int64()), ("body_length", pa.int64()),
+        ("body_preview", pa.binary()),
+    ])
+
+
+def browse_columns() -> list[str]:
+    """Every column but the bodies (what a browse reads)."""
+    return [n for n in archive_schema().names if n != "body"]
 
 
 class ArchiveLocationError(ValueError):
@@ -61,6 +71,9 @@ class ArchiveStore:
     @classmethod
     def open(cls, location: str) -> ArchiveStore:
         """The store of a local path, ``file://`` URI or any URI ``pyarrow.fs.FileSystem.from_uri`` accepts."""
+        require("pyarrow", "the error archive")
+        import pyarrow.fs as pafs
+
         if not isinstance(location, str) or not location.strip():
             raise ArchiveLocationError("the archive location is empty: give a local directory or a URI such as "
                                        "s3://bucket/error-archive")
@@ -76,6 +89,8 @@ class ArchiveStore:
 
     @property
     def local(self) -> bool:
+        import pyarrow.fs as pafs
+
         return isinstance(self.fs, pafs.LocalFileSystem)
 
     def path(self, archive_id: str, name: str = "") -> str:
@@ -84,6 +99,8 @@ class ArchiveStore:
 
     def archive_ids(self) -> list[str]:
         """Every folder at the location that holds a manifest, newest id first (ids start with their UTC time)."""
+        import pyarrow.fs as pafs
+
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
         except OSError as exc:
@@ -91,6 +108,14 @@ class ArchiveStore:
         ids = [i.base_name for i in infos if i.type == pafs.FileType.Directory and _ARCHIVE_ID.match(i.base_name)]
         found = [i for i in ids if self.fs.get_file_info(self.path(i, MANIFEST)).type == pafs.FileType.File]
         return sorted(found, reverse=True)
+
+    @contextmanager
+    def parquet_file(self, archive_id: str, name: str) -> Iterator[Any]:
+        """One of an archive's Parquet files, open for reading (a ``pyarrow.parquet.ParquetFile``)."""
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(self.path(archive_id, name)) as f:
+            yield pq.ParquetFile(f)
 
     def make_folder(self, archive_id: str) -> None:
         self.fs.create_dir(self.path(archive_id), recursive=True)

@@ -19,7 +19,7 @@ from airflow_sqlqueue.archive.error_archive import (
 )
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.common.printable import printable
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .errors import OK, UsageError
 from .output import emit_json, table

@@ -17,7 +17,7 @@ from airflow_sqlqueue.transport import (
     ddl_script,
 )
 from airflow_sqlqueue.transport.common.printable import printable
-from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of
+from airflow_sqlqueue.transport.errorqueue.groups import FailureGroups, failure_of
 from airflow_sqlqueue.transport.wire import headers as h
 
 from . import archive
@@ -265,7 +265,16 @@ def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     _require(transport, [transport.name(transport.error_queue)])
     if args.list:
         return _list_errors(transport, args, select)
-    summary = transport.retry_errors(select=select, max_messages=args.max)
+    allowed = [q.strip() for item in args.allow for q in item.split(",") if q.strip()]
+    if not allowed:
+        raise UsageError("name the queues the retry may write to with --allow QUEUE (repeatable): a message's "
+                         "NServiceBus.FailedQ is a header anyone who can fail a message controls, so it is never "
+                         "trusted as a destination on its own; --list shows where the failed messages came from")
+    try:
+        errors = transport.errors(allowed=allowed)
+    except ValueError as exc:
+        raise UsageError(f"--allow: {exc}") from None
+    summary = errors.retry_all(select, args.max)
     if args.json:
         emit_json(summary.as_dict())
     else:
@@ -280,7 +289,7 @@ def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
                  select: Callable[[ReceivedMessage], bool]) -> int:
     """List (never take) the failed messages that match: one JSON object each, or a table grouped by cause."""
     groups = FailureGroups()
-    for row in failed_rows(transport, transport.error_queue, BROWSE_CHUNK):
+    for row in transport.errors().rows(BROWSE_CHUNK):
         failure = failure_of(row.headers)
         message = ReceivedMessage(row.id, failure.headers, row.body, row.seq)
         if not select(message):

@@ -138,13 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("retry-errors", "return failed messages to the queue named in their NServiceBus.FailedQ header",
                 "  sqlqueue retry-errors --list\n"
-                "  sqlqueue retry-errors --filter failedq=orders --filter exception=TimeoutException\n"
-                "  sqlqueue retry-errors --error-queue audit_errors --max 100")
+                "  sqlqueue retry-errors --allow orders --filter failedq=orders --filter exception=TimeoutException\n"
+                "  sqlqueue retry-errors --allow orders,payments --error-queue audit_errors --max 100")
     p.add_argument("--filter", action="append", default=[], metavar="K=V",
                    help="failedq=, exception= or type=: a substring of the FailedQ, exception type or message "
                         "type header (repeatable; all must match)")
     p.add_argument("--list", action="store_true", help="only list the failed messages, change nothing")
     p.add_argument("--max", type=int, metavar="N", help="return at most this many")
+    p.add_argument("--allow", action="append", default=[], metavar="QUEUE[,QUEUE]",
+                   help="a queue the retry may write to (repeatable; required to retry): a message whose FailedQ "
+                        "names any other queue, or the error queue itself, stays, with the reason")
 
     archive.add_arguments(command)
 

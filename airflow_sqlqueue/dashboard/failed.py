@@ -1,19 +1,18 @@
 """The error-queue browser: groups, pages of previews, and retry or delete of messages addressed by position.
 
-Everything heavy happens in the database (:mod:`airflow_sqlqueue.transport.errorqueue.error_browser`): a page holds only
-previews cut in SQL, pages are keyed by position, and an action reads each message by one index seek. A retry
-writes only to the queues of the dashboard's configuration for that connection; any other FailedQ is refused
-with the reason, and nothing is changed.
+Everything heavy happens in the database (see ``ErrorQueue``): a page holds only previews cut in SQL, pages are
+keyed by position, and an action reads each message by one index seek. A retry writes only to the queues of the
+dashboard's configuration for that connection (the ``ReturnPolicy``); any other FailedQ is refused with the
+reason, and nothing is changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
-from airflow_sqlqueue.transport.wire.address import QueueAddress
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 
 #: What the groups can be counted by: one header field each, or the three together.
 GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_type",),
@@ -48,18 +47,13 @@ def failed_messages(transport: SqlQueueTransport, error_queue: str, *, after_seq
             "next_after": page[-1].seq if len(page) == limit else None}
 
 
-def allowed_targets(transport: SqlQueueTransport, queue_names: Iterable[str]) -> Callable[[QueueAddress], bool]:
-    """Whether an address is one of ``queue_names`` (the queues the dashboard shows for the connection)."""
-    addresses = [transport.address(n) for n in queue_names]
-    return lambda target: any(transport.dialect.same_queue(target, a) for a in addresses)
-
-
 def retry_messages(transport: SqlQueueTransport, error_queue: str, positions: list[Position],
                    queue_names: Iterable[str]) -> dict[str, Any]:
-    """Return the selected messages to their FailedQ, all or none; ``{"returned": {queue: n}, "total_returned"}``."""
+    """Return the selected messages to their FailedQ when it is one of ``queue_names`` (the queues the dashboard
+    shows for the connection), all or none; ``{"returned": {queue: n}, "total_returned"}``."""
     if not positions:
         raise ValueError("select at least one message")
-    returned = transport.retry_positions(error_queue, positions, allowed_targets(transport, queue_names))
+    returned = transport.errors(error_queue, allowed=queue_names).retry(positions)
     return {"returned": returned, "total_returned": sum(returned.values())}
 
 

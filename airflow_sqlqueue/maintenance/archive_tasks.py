@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.archive.error_archive import ArchiveRefusedError, ArchiveSelection, archive_failed
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .config import ArchiveConfig, MaintenanceConfig, MaintenanceConfigError, load_config
 from .tasks import BadConfigurationError, format_table, transport_for

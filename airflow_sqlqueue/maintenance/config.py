@@ -411,6 +411,16 @@ def resolve_queues(conn: ConnectionConfig, transport: Any) -> list[str]:
     return chosen
 
 
+def retry_targets(conn: ConnectionConfig, transport: Any) -> tuple[str, list[str]]:
+    """(error queue, the queues a retry may write to) on one connection: its configured (or discovered and
+    filtered) queues, never its error queue. The one list every retry path of a deployment uses (the dashboard,
+    the batched retry and the error-queue DAG)."""
+    error_queue = transport.name(conn.error_queue)
+    error_address = transport.address(error_queue)
+    same = transport.dialect.same_queue
+    return error_queue, [q for q in resolve_queues(conn, transport) if not same(transport.address(q), error_address)]
+
+
 def thresholds_for(config: MaintenanceConfig, conn: ConnectionConfig, queue: str, transport: Any,
                    params: dict[str, Any] | None = None) -> dict[str, Any]:
     """Thresholds of one queue: params, then the queue's own, the connection's, the defaults."""

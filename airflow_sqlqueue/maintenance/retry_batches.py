@@ -19,12 +19,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, BatchRecord, retry_in_batches
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.batches import BatchPlan, BatchRecord
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 
 from . import retry_progress
 from .config import ConnectionConfig, resolve_queues
-from .tasks import BadConfigurationError, _allowed, configuration, transport_for
+from .tasks import BadConfigurationError, _allowed, configuration, retry_targets, transport_for
 
 log = logging.getLogger(__name__)
 DAG_ID = "sqlqueue_error_queue_batch_retry"
@@ -68,9 +68,8 @@ def targets_of(conn: ConnectionConfig, transport: SqlQueueTransport,
                redirects: Any) -> tuple[str, list[str], dict[str, str]]:
     """(error queue, the queues a retry may write to, redirects in canonical names); a redirect outside the
     configured queues is refused naming it."""
-    error_queue = transport.name(conn.error_queue)
+    error_queue, targets = retry_targets(conn.conn_id, transport)
     queues = resolve_queues(conn, transport)
-    targets = [q for q in queues if q != error_queue]
     if redirects in (None, {}):
         return error_queue, targets, {}
     if not isinstance(redirects, dict) or not all(isinstance(k, str) and isinstance(v, str)
@@ -120,10 +119,7 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
     with transport_for(conn_id, conn.error_queue) as transport, \
             transport_for(config.samples_conn_id(conn_id)) as store:
         error_queue, targets, redirects = targets_of(conn, transport, params.get("redirects"))
-        addresses = [transport.address(q) for q in targets]
-
-        def allowed(address: Any) -> bool:
-            return any(transport.dialect.same_queue(address, a) for a in addresses)
+        errors = transport.errors(error_queue, allowed=targets, redirects=redirects)
 
         def note(kind: str, **fields: Any) -> None:
             retry_progress.record(store, run_id, conn_id, error_queue, kind, **fields)
@@ -155,8 +151,8 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
                      record.total_returned, record.looked_at, record.returned, len(record.left), done[0])
 
         try:
-            summary = retry_in_batches(transport, error_queue, plan, allowed=allowed, redirects=redirects,
-                                       where=where, on_batch=on_batch, should_stop=stop, positions=positions)
+            summary = errors.retry_in_batches(plan, where=where, on_batch=on_batch, should_stop=stop,
+                                              positions=positions)
         except Exception as exc:
             note("end", detail={"state": "failed", "error": type(exc).__name__})
             raise

@@ -21,7 +21,7 @@ from airflow_sqlqueue.cli.output import table
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.common.errors import InvalidAddressError
-from airflow_sqlqueue.transport.errorqueue.error_queue import FailureGroups, failed_rows, failure_of, failure_selector
+from airflow_sqlqueue.transport.errorqueue.groups import FailureGroups, failure_of, failure_selector
 from airflow_sqlqueue.transport.wire import headers as h
 
 from . import health, throughput
@@ -33,6 +33,7 @@ from .config import (
     resolve_queues,
     thresholds_for,
 )
+from .config import retry_targets as config_retry_targets
 
 log = logging.getLogger(__name__)
 #: Whole-purge attempts after the transport's own deadlock retries are exhausted.
@@ -311,22 +312,47 @@ def provision(params: dict[str, Any]) -> dict[str, Any]:
 
 # -- error queue ---------------------------------------------------------------------------------------
 def error_queues(params: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """``[{"conn_id", "error_queue"}]``: the ``conn_id``/``error_queue`` params, or each configured connection."""
+    """``[{"conn_id", "error_queue"}]``: the ``conn_id`` param or each configured connection, with the error queue
+    the deployment's configuration gives it (an ``error_queue`` param must name that one)."""
     params = params or {}
     config = configuration(params)
     if params.get("conn_id"):
         _allowed(params["conn_id"], "param conn_id")
     conn_ids = [params["conn_id"]] if params.get("conn_id") else [c.conn_id for c in config.connections]
-    return [{"conn_id": c, "error_queue": params.get("error_queue") or config.connection(c).error_queue}
-            for c in conn_ids]
+    targets = []
+    for conn_id in conn_ids:
+        configured = configuration({}).connection(conn_id).error_queue
+        asked = params.get("error_queue")
+        if asked:
+            with transport_for(conn_id, configured) as transport:
+                try:
+                    same = transport.dialect.same_queue(transport.address(asked), transport.address(configured))
+                except ValueError as exc:
+                    raise BadConfigurationError(f"param error_queue: {exc}") from None
+            if not same:
+                raise BadConfigurationError(f"param error_queue: {asked!r} is not the error queue the configuration "
+                                            f"gives connection {conn_id!r} ({configured!r})")
+        targets.append({"conn_id": conn_id, "error_queue": configured})
+    return targets
+
+
+def retry_targets(conn_id: str, transport: SqlQueueTransport) -> tuple[str, list[str]]:
+    """(error queue, the queues a retry may write to on ``conn_id``): the queues the deployment's configuration
+    gives the connection (listed, or discovered and filtered), never the error queue; a run's params cannot
+    change them."""
+    try:
+        return config_retry_targets(configuration({}).connection(conn_id), transport)
+    except InvalidAddressError as exc:
+        raise BadConfigurationError(f"connection {conn_id!r}: queues: {exc}") from None
 
 
 def list_failed(target: dict[str, Any]) -> dict[str, Any]:
     """Failed messages grouped by ``NServiceBus.FailedQ`` and exception type, as a table in the log."""
     groups = FailureGroups()
     with transport_for(target["conn_id"], target["error_queue"]) as transport:
-        error_queue = transport.name(target["error_queue"])
-        for row in failed_rows(transport, error_queue, BROWSE_PAGE):
+        errors = transport.errors(target["error_queue"])
+        error_queue = errors.name
+        for row in errors.rows(BROWSE_PAGE):
             failure = failure_of(row.headers)
             group = groups.add(failure)
             group.setdefault("example_id", str(row.id))
@@ -348,12 +374,16 @@ def return_failed(target: dict[str, Any], params: dict[str, Any] | None) -> dict
         raise AirflowSkipException("listing only: trigger with retry=true to return the selected messages")
     with transport_for(target["conn_id"], target["error_queue"]) as transport:
         try:
-            select = failure_selector(transport, failed_q=params.get("failed_q"),
+            select = failure_selector(transport.dialect, failed_q=params.get("failed_q"),
                                       exception_type=params.get("exception_type"),
                                       message_ids=params.get("message_ids"))
         except ValueError as exc:
             raise BadConfigurationError(f"param failed_q: {exc}") from None
-        summary = transport.retry_errors(error_queue=target["error_queue"], select=select,
+        error_queue, allowed = retry_targets(target["conn_id"], transport)
+        if not allowed:
+            raise BadConfigurationError(f"connection {target['conn_id']!r} has no queue a retry may write to: list "
+                                        "its queues in the maintenance configuration")
+        summary = transport.retry_errors(error_queue=error_queue, select=select, allowed=allowed,
                                          max_messages=params.get("max_messages") or None).as_dict()
     log.info("returned %d messages from %s on %s:\n%s", summary["total_returned"], target["error_queue"],
              target["conn_id"], format_table([{"queue": q, "returned": n} for q, n in summary["returned"].items()],

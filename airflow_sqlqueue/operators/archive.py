@@ -16,7 +16,7 @@ from airflow.sdk import Context
 
 from airflow_sqlqueue import metrics
 from airflow_sqlqueue.archive.error_archive import ArchiveSelection, archive_failed, restore_archive
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .base import SqlQueueBaseOperator, rendered_list, rendered_number
 

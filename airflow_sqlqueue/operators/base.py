@@ -47,6 +47,17 @@ def queue_list(queues: str | Iterable[str] | None) -> list[str] | None:
     return list(queues)
 
 
+def allowed_queue_list(queues: str | Iterable[str] | None) -> str | list[str]:
+    """The queues a retry may write to, as a list (a template string stays as it is until rendered); an operator
+    that retries must be given them: ``NServiceBus.FailedQ`` is a header anyone who can fail a message controls."""
+    if queues is None or (not isinstance(queues, str) and not list(queues)):
+        raise ValueError("allowed_queues: name the queues a retry may write to (a message whose FailedQ names any "
+                         "other queue stays in the error queue, with the reason); see docs/error-queue.md")
+    if isinstance(queues, str):
+        return queues if "{{" in queues else [queues]
+    return list(queues)
+
+
 def rendered_number(value: Any, what: str, kind: type) -> Any:
     """A size as given, or the number a template rendered to as text (empty or ``None`` text: None)."""
     if not isinstance(value, str):

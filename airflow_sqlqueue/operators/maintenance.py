@@ -10,9 +10,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.transport import Finding, SqlQueueTransport
 from airflow_sqlqueue.transport.common.validation import check_count
-from airflow_sqlqueue.transport.errorqueue.error_queue import failure_selector
+from airflow_sqlqueue.transport.errorqueue.groups import failure_selector
 
-from .base import SqlQueueBaseOperator, queue_list, text_table
+from .base import SqlQueueBaseOperator, allowed_queue_list, queue_list, text_table
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -133,14 +133,18 @@ class SqlQueueRetryErrorsOperator(SqlQueueBaseOperator):
     :param failed_q: only messages that failed in this queue (templated).
     :param exception_type: only messages whose exception type is this (full name, or the class name alone).
     :param max_messages: return at most this many.
+    :param allowed_queues: the queues it may write to (templated; required): a message whose FailedQ names any
+        other queue, or the error queue itself, stays, with the reason (see docs/error-queue.md).
     :param sqlqueue_conn_id: an ``mssql``, ``odbc``, ``postgres`` or ``sqlite`` connection.
     """
 
-    template_fields: Sequence[str] = ("error_queue", "failed_q", "exception_type")
+    template_fields: Sequence[str] = ("error_queue", "failed_q", "exception_type", "allowed_queues")
 
     def __init__(self, *, failed_q: str | None = None, exception_type: str | None = None,
-                 max_messages: int | None = None, **kwargs: Any) -> None:
+                 max_messages: int | None = None, allowed_queues: Sequence[str] | str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.allowed_queues = allowed_queue_list(allowed_queues)
         check_count(max_messages, "max_messages", allow_none=True)
         self.failed_q = failed_q
         self.exception_type = exception_type
@@ -148,9 +152,10 @@ class SqlQueueRetryErrorsOperator(SqlQueueBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         with self.open_transport() as transport:
-            select = failure_selector(transport, failed_q=self.failed_q, exception_type=self.exception_type)
+            select = failure_selector(transport.dialect, failed_q=self.failed_q, exception_type=self.exception_type)
             summary = transport.retry_errors(error_queue=self.error_queue, select=select,
-                                             max_messages=self.max_messages)
+                                             max_messages=self.max_messages,
+                                             allowed=allowed_queue_list(self.allowed_queues))
         result = summary.as_dict()
         self._returned_to = sorted(summary.returned)
         for queue, count in summary.returned.items():

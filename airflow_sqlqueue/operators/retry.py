@@ -19,10 +19,10 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_sqlqueue import lineage, metrics
-from airflow_sqlqueue.transport.errorqueue.batch_retry import BatchPlan, BatchRecord, retry_in_batches
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.batches import BatchPlan, BatchRecord
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
-from .base import SqlQueueBaseOperator, queue_list, rendered_number
+from .base import SqlQueueBaseOperator, allowed_queue_list, rendered_number
 
 audit_log = logging.getLogger("airflow_sqlqueue.retry.audit")
 
@@ -38,8 +38,8 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
     :param rate_per_second: at most this many messages per second over the run (templated; None: no limit).
     :param max_messages: look at no more than this many messages (templated).
     :param redirects: ``{"A": "B"}``: messages that failed in queue A go to queue B (templated).
-    :param allowed_queues: the only queues it may write to (after redirects); None: any existing queue but the
-        error queue (templated).
+    :param allowed_queues: the queues it may write to (after redirects; templated; required): a message whose
+        FailedQ names any other queue, or the error queue itself, stays, with the reason (see docs/error-queue.md).
     :param failed_q: only messages whose FailedQ is this (templated).
     :param exception_type: only messages whose exception type is this, as the header holds it (templated).
     :param message_type: only messages whose ``NServiceBus.EnclosedMessageTypes`` is this (templated).
@@ -60,7 +60,7 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
         self.rate_per_second = rate_per_second
         self.max_messages = max_messages
         self.redirects = dict(redirects or {})
-        self.allowed_queues = allowed_queues
+        self.allowed_queues = allowed_queue_list(allowed_queues)
         self.failed_q = failed_q
         self.exception_type = exception_type
         self.message_type = message_type
@@ -84,13 +84,8 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
             if "dag" in context and "run_id" in context and "task_instance" in context else self.task_id
         where = FailedFilter(self.failed_q, self.exception_type, self.message_type)
         with self.open_transport() as transport:
-            allowed_names = queue_list(self.allowed_queues)
-            if allowed_names is None:
-                allowed = lambda address: True  # noqa: E731 - existence and "not the error queue" are checked
-            else:
-                addresses = [transport.address(q) for q in allowed_names]
-                allowed = lambda address: any(  # noqa: E731
-                    transport.dialect.same_queue(address, a) for a in addresses)
+            errors = transport.errors(self.error_queue, allowed=allowed_queue_list(self.allowed_queues),
+                                      redirects=self.redirects)
             done = [0]
 
             def on_batch(record: BatchRecord) -> None:
@@ -104,8 +99,7 @@ class SqlQueueBatchRetryOperator(SqlQueueBaseOperator):
                                            "finished_at": record.finished_at, "looked_at": record.looked_at,
                                            "returned": record.returned, "left": record.left}, sort_keys=True))
 
-            summary = retry_in_batches(transport, self.error_queue, plan, allowed=allowed, redirects=self.redirects,
-                                       where=where, on_batch=on_batch, should_stop=self._stop.is_set)
+            summary = errors.retry_in_batches(plan, where=where, on_batch=on_batch, should_stop=self._stop.is_set)
         result = summary.as_dict()
         self._returned_to = sorted(result["returned"])
         self.log.info("returned %d messages from %s in %d batches%s: %s", result["total_returned"], self.error_queue,

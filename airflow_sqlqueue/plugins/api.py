@@ -39,16 +39,11 @@ from pydantic import BaseModel, Field
 
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
-from airflow_sqlqueue.maintenance.config import MaintenanceConfigError
+from airflow_sqlqueue.maintenance.config import MaintenanceConfigError, retry_targets
 from airflow_sqlqueue.transport.common.errors import InvalidAddressError, SqlQueueError
 from airflow_sqlqueue.transport.dialects.connect import DatabaseConnectionError
-from airflow_sqlqueue.transport.errorqueue.error_browser import (
-    FailedFilter,
-    Position,
-    PositionsNotFoundError,
-    RetryRefusedError,
-    edit_and_retry,
-)
+from airflow_sqlqueue.transport.errorqueue.error_queue import PositionsNotFoundError, RetryRefusedError
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
@@ -247,7 +242,7 @@ def create_app() -> FastAPI:
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 error_queue = transport.name(conn.error_queue)
                 if retry:
-                    targets = [q for q in queues.resolve_queues(conn, transport) if q != error_queue]
+                    error_queue, targets = retry_targets(conn, transport)
                     result = failed.retry_messages(transport, error_queue, positions, targets)
                 else:
                     result = failed.delete_messages(transport, error_queue, positions)
@@ -268,10 +263,10 @@ def create_app() -> FastAPI:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 error_queue = transport.name(conn.error_queue)
-                targets = [q for q in queues.resolve_queues(conn, transport) if q != error_queue]
-                result = edit_and_retry(transport, error_queue, Position(edit.seq, edit.id),
-                                        failed.allowed_targets(transport, targets), headers=edit.headers,
-                                        body=None if edit.body is None else edit.body.encode("utf-8"))
+                error_queue, targets = retry_targets(conn, transport)
+                result = transport.errors(error_queue, allowed=targets).edit_and_retry(
+                    Position(edit.seq, edit.id), headers=edit.headers,
+                    body=None if edit.body is None else edit.body.encode("utf-8"))
             audit_log.audit("sqlqueue.edit_retry_failed_message", user.get_name(), {
                 "conn_id": conn_id, "error_queue": error_queue, "message": {"seq": edit.seq, "id": edit.id},
                 "headers_edited": edit.headers is not None, "body_edited": edit.body is not None, "result": result})

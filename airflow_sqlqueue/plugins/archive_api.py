@@ -36,7 +36,7 @@ from airflow_sqlqueue.archive.error_archive import (
 )
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import sources
-from airflow_sqlqueue.transport.errorqueue.error_browser import FailedFilter
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .auth import EditorDep, ReaderDep, can_edit
 

@@ -1,7 +1,7 @@
 """``SqlQueueTransport``: every queue operation on one database, over any DB-API connection.
 
-The façade: it parses arguments and hands the work to the operations below it (``pump``, ``drain``,
-``error_queue``, ``maintenance``), which use the session, the queues and the claim; nothing below imports it.
+The façade: it parses arguments and hands the work to the floors below it (the operations ``pump``, ``drain``,
+``maintenance``, ...; the ``ErrorQueue``), which use the session, the queues and the claim; nothing below imports it.
 """
 
 from __future__ import annotations
@@ -17,17 +17,9 @@ from typing import Any, TypeVar
 from .common.validation import check_count
 from .dialects import Dialect, Finding, RawRow, get_dialect
 from .dialects.connect import connection_factory, default_catalog_of, paramstyle_of
-from .errorqueue.error_browser import (
-    FailedFilter,
-    FailedPreview,
-    Position,
-    count_rows,
-    delete_positions,
-    failed_groups,
-    failed_page,
-    retry_positions,
-)
-from .errorqueue.error_queue import RetrySummary, retry_errors
+from .errorqueue.error_queue import ErrorQueue, RetrySummary
+from .errorqueue.groups import Selector
+from .errorqueue.previews import FailedFilter, FailedPreview, Position
 from .operations.drain import DrainSummary, Sink, drain
 from .operations.maintenance import check, purge_expired
 from .operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
@@ -442,27 +434,39 @@ class SqlQueueTransport:
 
         return self.run(work, what=f"delete messages from {table.name!r}")
 
+    # -- the error queue ---------------------------------------------------------------------------
+    def errors(self, error_queue: str | QueueAddress | None = None, *, allowed: Iterable[str | QueueAddress] = (),
+               redirects: dict[str, str] | None = None) -> ErrorQueue:
+        """The error queue (default: this transport's) as an ``ErrorQueue``: count, group, page, retry, delete.
+
+        :param allowed: the queues a retry may write to: a message whose ``NServiceBus.FailedQ`` names any other
+            queue (or the error queue itself) stays, with the reason. None given: reading and deleting only.
+        :param redirects: ``{failed queue: allowed queue}``: where messages that failed in a queue go back to instead.
+        """
+        return ErrorQueue(self.session, self.book, error_queue, allowed=allowed, redirects=redirects)
+
     def count(self, queue: str | QueueAddress) -> int:
         """Exact number of rows (scans the queue's index: meant for error queues, not for hot queues)."""
-        return count_rows(self, queue)
+        return self.errors(queue).count()
 
     def failed_page(self, queue: str | QueueAddress, *, after_seq: int = 0, limit: int = 50,
                     where: FailedFilter | None = None) -> list[FailedPreview]:
         """A page of an error queue after a position: previews cut in SQL, never whole rows (the browser's list)."""
-        return failed_page(self, queue, after_seq=after_seq, limit=limit, where=where)
+        return self.errors(queue).page(after_seq=after_seq, limit=limit, where=where)
 
     def failed_groups(self, queue: str | QueueAddress) -> list[dict[str, Any]]:
         """Failed messages counted by FailedQ, exception type and message type, largest group first."""
-        return failed_groups(self, queue)
+        return self.errors(queue).groups()
 
     def retry_positions(self, error_queue: str | QueueAddress, positions: Iterable[Position],
-                        allowed: Callable[[QueueAddress], bool]) -> dict[str, int]:
-        """Return messages addressed by position and Id to their FailedQ when ``allowed``; all or none."""
-        return retry_positions(self, error_queue, positions, allowed)
+                        allowed: Iterable[str | QueueAddress]) -> dict[str, int]:
+        """Return messages addressed by position and Id to their FailedQ when it is one of ``allowed``; all or none
+        (see ``ErrorQueue.retry``)."""
+        return self.errors(error_queue, allowed=allowed).retry(positions)
 
     def delete_positions(self, queue: str | QueueAddress, positions: Iterable[Position]) -> int:
         """Delete messages addressed by position and Id; all or none."""
-        return delete_positions(self, queue, positions)
+        return self.errors(queue).delete(positions)
 
     def discover(self) -> list[str]:
         """Every queue table in the database (by its column shape), as canonical addresses."""
@@ -490,12 +494,11 @@ class SqlQueueTransport:
             if moved < batch_size:
                 return total
 
-    def retry_errors(self, *, error_queue: str | QueueAddress | None = None,
-                     select: Callable[[ReceivedMessage], bool] | None = None,
-                     max_messages: int | None = None) -> RetrySummary:
-        """Return failed messages to the queue named by their ``NServiceBus.FailedQ`` header."""
-        source = self.address(error_queue) if error_queue is not None else self.error_queue
-        return retry_errors(self, source, select, max_messages)
+    def retry_errors(self, *, error_queue: str | QueueAddress | None = None, select: Selector | None = None,
+                     max_messages: int | None = None, allowed: Iterable[str | QueueAddress] = ()) -> RetrySummary:
+        """Return failed messages to the queue named by their ``NServiceBus.FailedQ`` header when it is one of
+        ``allowed`` (see ``ErrorQueue.retry_all``); ValueError, changing nothing, when ``allowed`` is empty."""
+        return self.errors(error_queue, allowed=allowed).retry_all(select, max_messages)
 
 
 def ddl_script(dialect: Dialect | str, queues: Iterable[str | QueueAddress], *, delayed: bool = False,

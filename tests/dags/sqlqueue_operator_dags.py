@@ -106,7 +106,7 @@ with DAG("sqlqueue_ops", schedule=None, start_date=datetime(2024, 1, 1), catchup
     drain_flaky = SqlQueueDrainOperator(task_id="drain_flaky", sqlqueue_conn_id=CONN, queue_name="flaky",
                                         handler=flaky_handler, immediate_retries=1, batch_size=4)
     retry = SqlQueueRetryErrorsOperator(task_id="retry_key_errors", sqlqueue_conn_id=CONN, failed_q="flaky",
-                                        exception_type="KeyError")
+                                        exception_type="KeyError", allowed_queues=["flaky"])
     send_expiring = SqlQueueSendOperator(task_id="send_expiring", sqlqueue_conn_id=CONN, queue_name="expiring",
                                          body="{{ run_id }}", headers={"h": "1"}, time_to_be_received=0.001)
     send_one = SqlQueueSendOperator(task_id="send_one", sqlqueue_conn_id=CONN, queue_name="expiring", body="stays")

@@ -55,7 +55,7 @@ def _operations(t: SqlQueueTransport, queue: str):
         ("purge", lambda: t.purge_expired(queue)),
         ("check", lambda: t.check(queue, repair=True)),
         ("move delayed", lambda: t.move_due_delayed(queue)),
-        ("retry errors", lambda: t.retry_errors(error_queue=queue)),
+        ("retry errors", lambda: t.retry_errors(error_queue=queue, allowed=["orders"])),
         ("ddl", lambda: t.ddl([queue])),
     ]
 

@@ -1,30 +1,86 @@
-"""Return failed messages from the error queue to the queue named by their ``NServiceBus.FailedQ``."""
+"""``ErrorQueue``: one error queue as one object, like ``TableQueue`` is one queue and ``Claim`` one receive.
+
+Reads: groups, pages of previews cut in SQL (keyed by position, so the first and the ten-thousandth page cost the
+same), an exact count, every row page by page. Writes: retry (selected messages all or none, one batch best
+effort, the whole queue walked with a selection, batches at a rate), edit and retry, delete. Every retry moves a
+row with ``TableQueue.move`` (copied in, then deleted here, in one transaction: a row is never deleted that was
+not copied) to the queue the ``ReturnPolicy`` allows. A message that cannot go back stays, with its reason; a
+count reported is a count of rows that moved.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..common.errors import InvalidAddressError, NotAQueueError
 from ..dialects import RawRow
-from ..tables.queue import FIRST_SEQ
+from ..tables.queue import FIRST_SEQ, QueueBook, TableQueue
+from ..tables.session import Session
 from ..wire import headers as h
 from ..wire.address import QueueAddress
+from ..wire.failures import restored_headers
 from ..wire.headers import PoisonHeadersError, parse_headers
+from ..wire.ids import new_id
 from ..wire.messages import ReceivedMessage
-
-if TYPE_CHECKING:
-    from ..transport import SqlQueueTransport
+from .batches import BatchPlan, BatchRecord, BatchSummary
+from .groups import Selector
+from .policy import NO_TARGETS, ReturnPolicy
+from .previews import (
+    BODY_PREVIEW_BYTES,
+    HEADERS_PREVIEW_CHARS,
+    MAX_GROUPS,
+    MAX_PAGE,
+    FailedFilter,
+    FailedPreview,
+    Position,
+    clean_text,
+    preview,
+)
 
 log = logging.getLogger(__name__)
-BATCH = 500
+#: Rows per transaction when the whole error queue is walked.
+WALK_BATCH = 500
+#: The longest a batched retry sleeps before it asks again whether it should stop.
+STOP_CHECK_SECONDS = 0.5
+#: Links an edited retry to the message it was edited from (its ``NServiceBus.MessageId``, else its native Id).
+EDIT_OF = "airflow_sqlqueue.EditOf"
+#: Headers an edit may not add, change or remove: identity, routing and the failure record.
+PROTECTED_HEADERS = frozenset({
+    h.MESSAGE_ID, h.CORRELATION_ID, h.CONVERSATION_ID, h.REPLY_TO_ADDRESS, h.ORIGINATING_ENDPOINT, h.TIME_SENT,
+    h.MESSAGE_INTENT, h.FORWARD_DESTINATION, h.RAW_HEADERS, h.ORIGINAL_ID, EDIT_OF, *h.FAILURE_HEADERS})
+
+
+class PositionsNotFoundError(LookupError):
+    """Some of the addressed messages are not in the queue any more (nothing was changed)."""
+
+    def __init__(self, missing: list[Position], queue: str) -> None:
+        shown = ", ".join(f"{clean_text(p.id)[0]} at {p.seq}" for p in missing[:20])
+        super().__init__(f"{len(missing)} selected messages are not in {queue!r} (already retried or deleted?); "
+                         f"nothing was changed: {shown}")
+        self.missing = missing
+
+
+class RetryRefusedError(ValueError):
+    """Some selected messages cannot be returned (the reason for each); nothing was changed."""
+
+    def __init__(self, refused: list[tuple[Position, str]]) -> None:
+        shown = "; ".join(f"{clean_text(p.id)[0]}: {reason}" for p, reason in refused[:20])
+        super().__init__(f"{len(refused)} selected messages cannot be returned, nothing was changed: {shown}")
+        self.refused = refused
+
+
+class EditRefusedError(ValueError):
+    """An edit that may not be sent (a protected header touched, a body that is not JSON); nothing was changed."""
 
 
 @dataclass
 class RetrySummary:
-    """What a retry run did: messages returned per queue, and those left in the error queue and why."""
+    """What a retry did: messages returned per queue, those not selected, and those left in the error queue and
+    why."""
 
     returned: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
@@ -34,183 +90,352 @@ class RetrySummary:
     def total_returned(self) -> int:
         return sum(self.returned.values())
 
+    def count(self, queue: str) -> None:
+        self.returned[queue] = self.returned.get(queue, 0) + 1
+
+    def add(self, other: RetrySummary) -> None:
+        for queue, count in other.returned.items():
+            self.returned[queue] = self.returned.get(queue, 0) + count
+        self.skipped += other.skipped
+        self.left.extend(other.left)
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "total_returned": self.total_returned}
 
 
-def restored_headers(raw: str | None) -> str | None:
-    """Headers to send back, as ServiceControl's retry writes them: every header starting with
-    ``NServiceBus.Retries``, ``NServiceBus.FailedQ``, ``NServiceBus.TimeOfFailure``, ``NServiceBus.ExceptionInfo.``
-    or ``ServiceControl.EditOf`` removed. A poison row gets its original text back."""
-    parsed = parse_headers(raw)
-    if h.RAW_HEADERS in parsed:
-        return parsed[h.RAW_HEADERS]
-    kept = {k: v for k, v in parsed.items() if not k.startswith(h.RETRY_REMOVED_PREFIXES)}
-    return h.serialize_headers(kept, limit=None)
+class ErrorQueue:
+    """One error queue: browse it, count and group its messages, return them to the queues they failed in, delete.
 
-
-def failure_selector(transport: SqlQueueTransport, *, failed_q: str | None = None,
-                     exception_type: str | None = None,
-                     message_ids: Iterable[str] | None = None) -> Callable[[ReceivedMessage], bool] | None:
-    """A ``select`` for :func:`retry_errors` from the usual filters; None (every message) when none is given.
-
-    ``failed_q`` matches the ``NServiceBus.FailedQ`` header as an address of this dialect; ``exception_type``
-    the full type name or the class name alone; ``message_ids`` native Ids or ``NServiceBus.MessageId`` values.
-    """
-    wanted_queue = transport.address(failed_q) if failed_q else None
-    ids = {str(i).lower() for i in message_ids or ()}
-    if wanted_queue is None and not exception_type and not ids:
-        return None
-
-    def select(message: ReceivedMessage) -> bool:
-        if ids and str(message.id).lower() not in ids and \
-                str(message.headers.get(h.MESSAGE_ID) or "").lower() not in ids:
-            return False
-        if wanted_queue is not None:
-            try:
-                failed_in = transport.address(message.headers.get(h.FAILED_Q) or "")
-                if not transport.dialect.same_queue(failed_in, wanted_queue):
-                    return False
-            except InvalidAddressError:
-                return False
-        if exception_type:
-            kind = message.headers.get(h.EXCEPTION_TYPE) or ""
-            if kind != exception_type and not kind.endswith("." + exception_type):
-                return False
-        return True
-
-    return select
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a row is in the error queue: the queue it failed in, the exception type, and its parsed headers.
-
-    Rows whose headers are not JSON group as ``(headers not JSON)``, poison rows without a FailedQ as
-    ``(poison)``, other rows without one as ``(no FailedQ)``; a missing exception type is ``-``.
+    :param session: the transport's session.
+    :param book: the transport's queues.
+    :param queue: the error queue (default: the transport's).
+    :param allowed: the queues a retry may write to (see ``ReturnPolicy``); none: reading and deleting only.
+    :param redirects: ``{failed queue: allowed queue}``: where the messages of a queue go back to instead.
     """
 
-    failed_q: str
-    exception_type: str
-    headers: dict[str, str | None]
-
-
-def failure_of(raw_headers: str | None) -> Failure:
-    """The failure a stored error-queue row records (never raises: bad headers are a group of their own; the
-    group names are printable even when the headers hold lone surrogates)."""
-    try:
-        parsed = parse_headers(raw_headers)
-    except PoisonHeadersError:
-        return Failure("(headers not JSON)", "-", {})
-    missing = "(poison)" if h.RAW_HEADERS in parsed else "(no FailedQ)"
-    return Failure(h.printable(parsed.get(h.FAILED_Q) or missing), h.printable(parsed.get(h.EXCEPTION_TYPE) or "-"),
-                   parsed)
-
-
-def failed_rows(transport: SqlQueueTransport, error_queue: str | QueueAddress, page: int = BATCH) -> Iterator[RawRow]:
-    """Every row of an error queue, oldest first, read page by page without taking any."""
-    after = FIRST_SEQ
-    while True:
-        rows = transport.browse(error_queue, after_seq=after, limit=page)
-        yield from rows
-        if len(rows) < page:
-            return
-        after = rows[-1].seq
-
-
-class FailureGroups:
-    """Failed messages grouped by ``NServiceBus.FailedQ`` and exception type: count, first and last failure."""
-
-    def __init__(self) -> None:
-        self._groups: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(self, failure: Failure) -> dict[str, Any]:
-        """Count one failed message; return its group (a dict the caller may add fields to)."""
-        group = self._groups.setdefault((failure.failed_q, failure.exception_type), {
-            "failed_q": failure.failed_q, "exception_type": failure.exception_type, "count": 0,
-            "first_failure": None, "last_failure": None})
-        group["count"] += 1
-        when = failure.headers.get(h.TIME_OF_FAILURE)
-        if when:
-            group["first_failure"] = min(filter(None, [group["first_failure"], when]))
-            group["last_failure"] = max(filter(None, [group["last_failure"], when]))
-        return group
-
-    def ordered(self) -> list[dict[str, Any]]:
-        """The groups, largest first."""
-        return sorted(self._groups.values(), key=lambda g: (-g["count"], g["failed_q"], g["exception_type"]))
+    def __init__(self, session: Session, book: QueueBook, queue: str | QueueAddress | None = None, *,
+                 allowed: Iterable[str | QueueAddress] = (), redirects: Mapping[str, str] | None = None) -> None:
+        self.session = session
+        self.book = book
+        self.dialect = book.dialect
+        self.table: TableQueue = book.error if queue is None else book.queue(queue)
+        self.policy = ReturnPolicy(book, self.table, allowed, redirects)
 
     @property
-    def total(self) -> int:
-        return sum(g["count"] for g in self._groups.values())
+    def name(self) -> str:
+        """The error queue's canonical name."""
+        return self.table.name
 
+    def __repr__(self) -> str:
+        return f"ErrorQueue({self.name!r}, allowed={self.policy.names!r})"
 
-def retry_errors(transport: SqlQueueTransport, error_queue: QueueAddress,
-                 select: Callable[[ReceivedMessage], bool] | None, max_messages: int | None) -> RetrySummary:
-    """Walk the error queue oldest first; return each selected message to its FailedQ (same Id and body).
+    # -- reading ------------------------------------------------------------------------------------
+    def count(self) -> int:
+        """Exact number of rows (a scan of the queue's index: for error queues, not hot queues)."""
+        return int(self.session.run(lambda cur: self.dialect.scalar(cur, "count_rows", None, **self.table.ids) or 0,
+                                    what=f"count {self.name!r}", read_only=True))
 
-    Each batch is one transaction: the copy into the source queue and the delete commit together. Messages
-    without a FailedQ, with a FailedQ that does not parse or whose queue does not exist stay, and are listed.
-    """
-    dialect = transport.dialect
-    summary = RetrySummary()
-    after = FIRST_SEQ
-    error_name = dialect.format_address(error_queue)
-    known: dict[QueueAddress, bool] = {}
+    def groups(self, limit: int = MAX_GROUPS) -> list[dict[str, Any]]:
+        """Counts of failed messages by FailedQ, exception type and message type, largest first (at most
+        ``limit``), with the first and last time of failure."""
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_groups", {"batch_size": limit},
+                                                                 **self.table.ids).fetchall(),
+                                what=f"group {self.name!r}", read_only=True)
+        groups = []
+        for failed_q, exception_type, message_type, count, first, last in rows:
+            texts = [clean_text(self.dialect.header_field(v))[0]
+                     for v in (failed_q, exception_type, message_type, first, last)]
+            groups.append({"failed_q": texts[0], "exception_type": texts[1], "message_type": texts[2],
+                           "count": int(count), "first_failure": texts[3], "last_failure": texts[4]})
+        return groups
 
-    def batch(cur: Any) -> tuple[int, int, RetrySummary]:
-        part = RetrySummary()
-        last = after
-        rows = dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": BATCH},
-                               **dialect.identifiers(error_queue)).fetchall()
-        rows = sorted(((dialect.to_raw_row(r), r[0]) for r in rows), key=lambda pair: pair[0].seq)
-        for row, native_id in rows:
-            if max_messages is not None and summary.total_returned + part.total_returned >= max_messages:
-                break
-            last = row.seq
-            reason = _return_one(transport, cur, error_queue, row, native_id, select, known, part)
-            if reason:
-                part.left.append({"id": str(row.id), "reason": reason})
-        return len(rows), last, part
+    def page(self, *, after_seq: int = 0, limit: int = 50, where: FailedFilter | None = None,
+             headers_chars: int = HEADERS_PREVIEW_CHARS, body_bytes: int = BODY_PREVIEW_BYTES) -> list[FailedPreview]:
+        """Up to ``limit`` failed messages after position ``after_seq``, oldest first, matching ``where``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
+        params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
+                  "body_bytes": body_bytes, **(where or FailedFilter()).params()}
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_page", params,
+                                                                 **self.table.ids).fetchall(),
+                                what=f"list {self.name!r}", read_only=True)
+        return [preview(self.dialect, row, headers_chars, body_bytes) for row in rows]
 
-    while True:
-        taken, after, part = transport.run(batch, what=f"retry errors from {error_name!r}")
-        for queue, count in part.returned.items():
-            summary.returned[queue] = summary.returned.get(queue, 0) + count
-        summary.skipped += part.skipped
-        summary.left.extend(part.left)
-        if taken < BATCH or (max_messages is not None and summary.total_returned >= max_messages):
-            break
-    log.info("returned %d messages from %s: %s", summary.total_returned, error_name, summary.returned)
-    return summary
+    def rows(self, page: int = WALK_BATCH) -> Iterator[RawRow]:
+        """Every row, oldest first, read page by page without taking any."""
+        after = FIRST_SEQ
+        while True:
+            rows = self.session.run(lambda cur, after=after: [self.dialect.to_raw_row(r) for r in self.dialect.execute(
+                cur, "browse", {"after_seq": after, "batch_size": page}, **self.table.ids)],
+                what=f"browse {self.name!r}", read_only=True)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].seq
 
-
-def _return_one(transport: SqlQueueTransport, cur: Any, error_queue: QueueAddress, row: Any, native_id: Any,
-                select: Callable[[ReceivedMessage], bool] | None, known: dict[QueueAddress, bool],
-                part: RetrySummary) -> str | None:
-    """Move one row back to its FailedQ; return why it stays, or None."""
-    dialect = transport.dialect
-    try:
-        parsed = parse_headers(row.headers)
-    except PoisonHeadersError:
-        return "headers are not a JSON object"
-    message = ReceivedMessage(row.id, parsed, row.body, row.seq, dialect.format_address(error_queue))
-    if select is not None and not select(message):
-        part.skipped += 1
+    # -- returning messages -------------------------------------------------------------------------
+    def _return(self, cur: Any, seq: int, native_id: Any, headers: Any, body: Any,
+                returned: RetrySummary) -> str | None:
+        """Move one locked row back to where the policy sends it; why it stays, or None."""
+        target, reason = self.policy.target(cur, headers)
+        if target is None:
+            return reason
+        if not self.table.move(cur, seq, native_id, target, restored_headers(headers), body):
+            return (f"a message with its Id is already in {target.name}: it stays in {self.name} (retry it once that "
+                    "message has been received, or delete this copy)")
+        returned.count(target.name)
         return None
-    target_text = parsed.get(h.FAILED_Q)
-    if not target_text:
-        return f"no {h.FAILED_Q} header"
+
+    def _require_targets(self) -> None:
+        if not self.policy.allowed:
+            raise ValueError(NO_TARGETS)
+
+    def _return_positions(self, cur: Any, positions: list[Position], strict: bool
+                          ) -> tuple[RetrySummary, list[Position], list[tuple[Position, str]]]:
+        """Return each addressed message in the caller's transaction; (returned, missing, refused).
+
+        ``strict``: after the first missing or refused message nothing more is moved (the caller rolls back)."""
+        done = RetrySummary()
+        missing: list[Position] = []
+        refused: list[tuple[Position, str]] = []
+        for position in positions:
+            row = self.dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id},
+                                       **self.table.ids).fetchone()
+            if row is None:
+                missing.append(position)
+                continue
+            if strict and (missing or refused):
+                target, reason = self.policy.target(cur, row[3])
+                if target is None:
+                    refused.append((position, reason))
+                continue  # it all rolls back: only the reasons are gathered
+            reason = self._return(cur, position.seq, row[0], row[3], row[4], done)
+            if reason:
+                refused.append((position, reason))
+        return done, missing, refused
+
+    def retry(self, positions: Iterable[Position]) -> dict[str, int]:
+        """Return the addressed messages to their (redirected) FailedQ, same Id and body, failure headers removed:
+        all or none, in one transaction. A message the policy refuses, or whose Id its queue already holds, raises
+        RetryRefusedError with the reason; one no longer there, PositionsNotFoundError."""
+        self._require_targets()
+        wanted = list(dict.fromkeys(positions))
+
+        def work(cur: Any) -> dict[str, int]:
+            done, missing, refused = self._return_positions(cur, wanted, strict=True)
+            if missing:
+                raise PositionsNotFoundError(missing, self.name)
+            if refused:
+                raise RetryRefusedError(refused)
+            return done.returned
+
+        return self.session.run(work, what=f"return messages from {self.name!r}")
+
+    def retry_batch(self, positions: Iterable[Position]) -> tuple[dict[str, int], list[dict[str, str]]]:
+        """Return what can be returned of one batch in one transaction; the rest stays, each with its reason."""
+        self._require_targets()
+        wanted = list(dict.fromkeys(positions))
+
+        def work(cur: Any) -> tuple[dict[str, int], list[dict[str, str]]]:
+            done, missing, refused = self._return_positions(cur, wanted, strict=False)
+            left = [{"id": clean_text(p.id)[0] or "", "seq": str(p.seq), "reason": "no longer in the error queue"}
+                    for p in missing]
+            left += [{"id": clean_text(p.id)[0] or "", "seq": str(p.seq), "reason": reason} for p, reason in refused]
+            return done.returned, left
+
+        return self.session.run(work, what=f"return a batch of messages from {self.name!r}")
+
+    def retry_all(self, select: Selector | None = None, max_messages: int | None = None) -> RetrySummary:
+        """Walk the error queue oldest first and return each selected message (all when ``select`` is None), at
+        most ``max_messages``. Each batch of rows is one transaction; messages that cannot go back stay, listed
+        with their reason in ``left``."""
+        self._require_targets()
+        summary = RetrySummary()
+        after = FIRST_SEQ
+
+        def batch(cur: Any) -> tuple[int, int, RetrySummary]:
+            part = RetrySummary()
+            last = after
+            rows = self.dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": WALK_BATCH},
+                                        **self.table.ids).fetchall()
+            rows.sort(key=lambda r: int(r[1]))
+            for row in rows:
+                if max_messages is not None and summary.total_returned + part.total_returned >= max_messages:
+                    break
+                raw = self.dialect.to_raw_row(row)
+                last = raw.seq
+                reason = self._select_and_return(cur, row, raw, select, part)
+                if reason:
+                    part.left.append({"id": str(raw.id), "reason": reason})
+            return len(rows), last, part
+
+        while True:
+            taken, after, part = self.session.run(batch, what=f"retry errors from {self.name!r}")
+            summary.add(part)
+            if taken < WALK_BATCH or (max_messages is not None and summary.total_returned >= max_messages):
+                break
+        log.info("returned %d messages from %s: %s", summary.total_returned, self.name, summary.returned)
+        return summary
+
+    def _select_and_return(self, cur: Any, row: Sequence[Any], raw: RawRow, select: Selector | None,
+                           part: RetrySummary) -> str | None:
+        if select is not None:
+            try:
+                parsed = parse_headers(raw.headers)
+            except PoisonHeadersError:
+                return "headers are not a JSON object"
+            if not select(ReceivedMessage(raw.id, parsed, raw.body, raw.seq, self.name)):
+                part.skipped += 1
+                return None
+        return self._return(cur, raw.seq, row[0], row[3], row[4], part)
+
+    def retry_in_batches(self, plan: BatchPlan, *, where: FailedFilter | None = None,
+                         positions: Sequence[Position] | None = None,
+                         on_batch: Callable[[BatchRecord], None] | None = None,
+                         should_stop: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.time,
+                         sleep: Callable[[float], None] = time.sleep) -> BatchSummary:
+        """Walk the error queue oldest first in batches as ``plan`` says (see ``batches``), returning what can be
+        returned of each batch; ``positions``: only these messages (``where`` is then ignored). ``should_stop``
+        is asked before every batch and at least every half second of a rate-limit wait."""
+        self._require_targets()
+        chosen = sorted(dict.fromkeys(positions), key=lambda p: p.seq) if positions is not None else None
+        summary = BatchSummary(started_at=clock())
+        after = 0
+        counted = 0
+        for number, size in enumerate(plan.sizes(), start=1):
+            if plan.max_messages is not None:
+                size = min(size, plan.max_messages - counted)
+                if size <= 0:
+                    break
+            if should_stop():
+                summary.cancelled = True
+                break
+            page: list[Any] = chosen[counted:counted + size] if chosen is not None else self.page(
+                after_seq=after, limit=size, where=where, headers_chars=1, body_bytes=1)
+            if not page:
+                break
+            if plan.rate_per_second is not None and not _wait(
+                    summary.started_at + (counted + len(page)) / plan.rate_per_second, clock, sleep, should_stop):
+                summary.cancelled = True
+                break
+            started = clock()
+            returned, left = self.retry_batch([Position(p.seq, p.id) for p in page])
+            record = BatchRecord(number, started, clock(), len(page), returned, left)
+            summary.batches.append(record)
+            counted += len(page)
+            after = page[-1].seq
+            if on_batch is not None:
+                on_batch(record)
+        return summary
+
+    def edit_and_retry(self, position: Position, *, headers: dict[str, str | None] | None = None,
+                       body: bytes | None = None, protected: frozenset[str] = PROTECTED_HEADERS) -> dict[str, Any]:
+        """Send an edited copy of a failed message to its (redirected) FailedQ and delete the original, in one
+        transaction.
+
+        ``headers`` replace the message's headers (failure headers aside; None keeps them), ``body`` its body (None
+        keeps it; a JSON content type needs valid JSON). The copy gets a new native Id and MessageId and the header
+        ``airflow_sqlqueue.EditOf`` naming the original. Any change to a ``protected`` header is refused.
+        """
+        self._require_targets()
+
+        def work(cur: Any) -> dict[str, Any]:
+            row = self.dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id},
+                                       **self.table.ids).fetchone()
+            if row is None:
+                raise PositionsNotFoundError([position], self.name)
+            raw_id, _, _, stored, stored_body = row
+            target, reason = self.policy.target(cur, stored)
+            if target is None:
+                raise RetryRefusedError([(position, reason)])
+            original = parse_headers(stored)
+            kept = {k: v for k, v in original.items() if k not in h.FAILURE_HEADERS}
+            edited = dict(kept) if headers is None else dict(headers)
+            touched = sorted(k for k in set(kept) | set(edited) if k in protected and kept.get(k) != edited.get(k))
+            if touched:
+                raise EditRefusedError(f"these headers may not be edited: {', '.join(touched)}; nothing was changed")
+            new_body = stored_body if body is None else body
+            if body is not None and "json" in str(edited.get(h.CONTENT_TYPE) or "").lower():
+                _check_json(body)
+            copy_id = new_id()
+            edited[EDIT_OF] = original.get(h.MESSAGE_ID) or str(raw_id)
+            edited[h.MESSAGE_ID] = str(copy_id)
+            self.table.move(cur, position.seq, copy_id, target, h.serialize_headers(edited), new_body)
+            return {"queue": target.name, "id": str(copy_id), "edit_of": edited[EDIT_OF]}
+
+        return self.session.run(work, what=f"edit and return a message from {self.name!r}")
+
+    # -- deleting -----------------------------------------------------------------------------------
+    def delete(self, positions: Iterable[Position]) -> int:
+        """Delete the addressed messages, all or none (PositionsNotFoundError names those not there)."""
+        wanted = list(dict.fromkeys(positions))
+
+        def work(cur: Any) -> int:
+            missing = [p for p in wanted if (self.dialect.execute(cur, "delete_position", {"seq": p.seq, "id": p.id},
+                                                                  **self.table.ids).rowcount or 0) < 1]
+            if missing:
+                raise PositionsNotFoundError(missing, self.name)
+            return len(wanted)
+
+        return self.session.run(work, what=f"delete messages from {self.name!r}")
+
+    # -- what the error archive asks of the database (its files are ``airflow_sqlqueue.archive``'s) ---------
+    def whole_rows(self, first_seq: int, last_seq: int) -> list[Sequence[Any]]:
+        """Every column of the rows at positions ``first_seq`` to ``last_seq``, oldest first, nothing taken: (id,
+        correlation id, reply-to, recoverable, expires, headers type, headers, body type, body, seq)."""
+        return self.session.run(lambda cur: self.dialect.execute(
+            cur, "archive_rows", {"after_seq": first_seq - 1, "through_seq": last_seq}, **self.table.ids).fetchall(),
+            what=f"read failed messages of {self.name!r}", read_only=True)
+
+    def delete_found(self, positions: Iterable[Position]) -> list[Position]:
+        """Delete the addressed messages still there, in one transaction; return those that were not."""
+        wanted = list(dict.fromkeys(positions))
+
+        def work(cur: Any) -> list[Position]:
+            return [p for p in wanted if (self.dialect.execute(cur, "delete_position", {"seq": p.seq, "id": p.id},
+                                                               **self.table.ids).rowcount or 0) < 1]
+
+        return self.session.run(work, what=f"delete archived messages from {self.name!r}")
+
+    def restore(self, rows: Iterable[dict[str, Any]], unsure: set[str] = frozenset()) -> tuple[int, int]:
+        """Put archived rows back as they were (same Id, Expires, headers and body; ``rows`` hold the
+        ``restore_row`` parameters), in one transaction; (restored, already there). An Id in ``unsure`` (a batch a
+        crash may have committed) is looked for first; any other row whose Id the queue holds is not inserted."""
+        batch = list(rows)
+
+        def work(cur: Any) -> tuple[int, int]:
+            added = there = 0
+            for params in batch:
+                if params["id"] in unsure and int(self.dialect.scalar(cur, "id_present", {"id": params["id"]},
+                                                                      **self.table.ids) or 0):
+                    there += 1
+                    continue
+                count = self.dialect.execute(cur, "restore_row", params, **self.table.ids).rowcount
+                added, there = (added + 1, there) if (count or 0) > 0 or count == -1 else (added, there + 1)
+            return added, there
+
+        return self.session.run(work, what=f"restore archived messages into {self.name!r}")
+
+
+def _check_json(body: bytes) -> None:
     try:
-        target = transport.book.queue(target_text).address
-    except (InvalidAddressError, NotAQueueError) as exc:
-        return f"bad {h.FAILED_Q}: {exc}"
-    if target not in known:
-        known[target] = dialect.table_exists(cur, target)
-    if not known[target]:
-        return f"queue {target_text} does not exist"
-    transport.book.queue(target).insert(cur, native_id, restored_headers(row.headers), row.body)
-    dialect.execute(cur, "delete_by_seq", {"seq": row.seq}, **dialect.identifiers(error_queue))
-    key = dialect.format_address(target)
-    part.returned[key] = part.returned.get(key, 0) + 1
-    return None
+        json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise EditRefusedError(f"the body is not valid JSON ({detail}); nothing was changed") from None
+
+
+def _wait(until: float, clock: Callable[[], float], sleep: Callable[[float], None],
+          should_stop: Callable[[], bool]) -> bool:
+    """Sleep until ``until`` in slices, asking ``should_stop`` between them; False when asked to stop."""
+    while True:
+        left = until - clock()
+        if left <= 0:
+            return True
+        sleep(min(left, STOP_CHECK_SECONDS))
+        if should_stop():
+            return False
+
+
+__all__ = ["EDIT_OF", "PROTECTED_HEADERS", "EditRefusedError", "ErrorQueue", "PositionsNotFoundError",
+           "RetryRefusedError", "RetrySummary"]

@@ -240,7 +240,7 @@ class TableQueue:
         savepoint = self.dialect.quote("sqlqueue_forward")
         self.dialect.execute(cursor, "savepoint", None, savepoint=savepoint)
         try:
-            target.insert(cursor, raw_id, h.serialize_headers(headers, limit=None), body)
+            target.insert(cursor, raw_id, headers, body)
         except Exception as exc:  # noqa: BLE001 - the insert is undone; the row goes to the error queue instead
             self.dialect.execute(cursor, "rollback_to_savepoint", None, savepoint=savepoint)
             self.book.forget(target)
@@ -249,15 +249,36 @@ class TableQueue:
         return None
 
     # -- writing rows ------------------------------------------------------------------------------
-    def insert(self, cursor: Any, native_id: Any, headers_text: str, body: bytes | None) -> None:
-        """Insert a row as it is (Id given, no Expires). A NULL body is written as empty bytes: NULL stops a .NET
-        PostgreSQL receiver and ServiceControl's ingestion. When the table already holds that Id (Ids are unique,
-        as upstream's primary key makes them) the row goes in under a new Id: a copy is never lost for its Id."""
+    def put(self, cursor: Any, native_id: Any, headers_text: str, body: bytes | None) -> bool:
+        """Insert a row as it is (Id given, no Expires; a NULL body as empty bytes: NULL stops a .NET PostgreSQL
+        receiver and ServiceControl's ingestion). False, inserting nothing, when the table already holds that Id:
+        PostgreSQL and SQLite queue tables are keyed by Id. A SQL Server queue table has no key on Id (upstream
+        makes none), so there the row always goes in."""
         params = {"id": native_id_param(self.dialect, native_id), "headers": headers_text,
                   "body": b"" if body is None else body}
-        if self.dialect.execute(cursor, "insert_raw", params, **self.ids).rowcount == 0:
-            params["id"] = self.dialect.id_param(new_id())
-            self.dialect.execute(cursor, "insert_raw", params, **self.ids)
+        return self.dialect.execute(cursor, "insert_raw", params, **self.ids).rowcount != 0
+
+    def insert(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None) -> None:
+        """Insert a row that must go in (a dead letter, a forward: the receive path cannot leave a row where it is):
+        when the table already holds its Id, under a new Id, with the one it had in ``airflow_sqlqueue.OriginalId``."""
+        if not self.put(cursor, native_id, h.serialize_headers(headers, limit=None), body):
+            renamed = {**headers, h.ORIGINAL_ID: _id_text(native_id)}
+            self.put(cursor, new_id(), h.serialize_headers(renamed, limit=None), body)
+
+    def move(self, cursor: Any, seq: int, native_id: Any, target: TableQueue, headers_text: str,
+             body: bytes | None) -> bool:
+        """Move the row at position ``seq`` (locked by this transaction) into ``target`` as ``native_id`` with
+        ``headers_text`` and ``body``: copy it in, then delete it here, in the caller's transaction.
+
+        False, changing nothing, when ``target`` already holds that Id: a row is never deleted that was not copied.
+        Every path that takes a row out of one queue and puts it into another (retry, redirect, edit and retry)
+        moves it with this."""
+        if not target.put(cursor, native_id, headers_text, body):
+            return False
+        if self.dialect.execute(cursor, "delete_by_seq", {"seq": seq}, **self.ids).rowcount == 0:
+            raise LookupError(f"the row at position {seq} of {self.name} was copied to {target.name} but is no longer "
+                              "there to delete; the copy is undone with the transaction")
+        return True
 
     def dead_letter(self, cursor: Any, native_id: Any, headers: dict[str, str | None], body: bytes | None,
                     exc: BaseException) -> None:
@@ -265,7 +286,7 @@ class TableQueue:
         it: ``NServiceBus.MessageId`` (the native Id when missing), the canonical ``FailedQ``, processing
         endpoint and machine, host, exception info; retry bookkeeping and the forward header removed."""
         merged = error_row_headers(headers, _id_text(native_id), self.wire, exc, endpoint=self.endpoint)
-        self.book.error.insert(cursor, native_id, h.serialize_headers(merged, limit=None), body)
+        self.book.error.insert(cursor, native_id, merged, body)
 
     def dead_letter_raw(self, cursor: Any, native_id: Any, text: str | None, body: Any, exc: BaseException) -> None:
         """Copy a row whose headers cannot be read into the error queue: their text kept under a header, and the
@@ -273,7 +294,7 @@ class TableQueue:
         headers = {h.MESSAGE_ID: _id_text(native_id),
                    **failure_headers(self.wire, exc, endpoint=self.endpoint),
                    h.RAW_HEADERS: "" if text is None else text}
-        self.book.error.insert(cursor, native_id, h.serialize_headers(headers, limit=None), as_body(body))
+        self.book.error.insert(cursor, native_id, headers, as_body(body))
 
     @property
     def endpoint(self) -> str:

@@ -133,3 +133,14 @@ def exception_text(exc: BaseException) -> str:
 
 class PoisonMessageError(Exception):
     """Stands in as the failure of a row whose headers could not be parsed."""
+
+
+def restored_headers(raw: str | None) -> str:
+    """Headers a retry sends back, as ServiceControl's retry writes them: every header starting with
+    ``NServiceBus.Retries``, ``NServiceBus.FailedQ``, ``NServiceBus.TimeOfFailure``, ``NServiceBus.ExceptionInfo.``
+    or ``ServiceControl.EditOf`` removed. A poison row gets its original text back."""
+    parsed = h.parse_headers(raw)
+    if h.RAW_HEADERS in parsed:
+        return parsed[h.RAW_HEADERS] or ""
+    kept = {k: v for k, v in parsed.items() if not k.startswith(h.RETRY_REMOVED_PREFIXES)}
+    return h.serialize_headers(kept, limit=None)

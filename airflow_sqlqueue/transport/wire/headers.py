@@ -50,6 +50,8 @@ EDIT_OF = "ServiceControl.EditOf"
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 #: Kept on a poison row moved to the error queue: the original, unparseable Headers text.
 RAW_HEADERS = "airflow_sqlqueue.RawHeaders"
+#: The native Id a copy had when it went into a queue under a new one (the queue already held its Id).
+ORIGINAL_ID = "airflow_sqlqueue.OriginalId"
 FAILURE_HEADERS = (FAILED_Q, TIME_OF_FAILURE, EXCEPTION_TYPE, EXCEPTION_MESSAGE, EXCEPTION_SOURCE,
                    EXCEPTION_STACK_TRACE, RAW_HEADERS)
 #: What ServiceControl removes, by prefix, from a message it sends back to its queue.

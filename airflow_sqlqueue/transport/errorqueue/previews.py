@@ -1,0 +1,148 @@
+"""How the error queue shows a failed message without loading it: previews cut in SQL, and text safe to send.
+
+A page never loads a whole row: the database cuts headers and body to a preview and returns their sizes, and the
+fields the browser groups by (FailedQ, exception type, message type, time of failure, exception message, stack
+trace) are read from the headers in SQL. Rows are untrusted: no row, whatever it holds (bad JSON, a lone surrogate
+escape, binary, a non-UUID Id), makes a page fail; such a row is listed with ``bad`` reasons. Every text returned
+is valid Unicode (lone surrogates replaced), so it can be sent as JSON.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..wire import headers as h
+from ..wire.headers import PoisonHeadersError, parse_headers
+
+#: Preview sizes: what a page holds of each message, at most.
+HEADERS_PREVIEW_CHARS = 16_384
+BODY_PREVIEW_BYTES = 4_096
+MAX_PAGE = 10_000
+MAX_GROUPS = 1_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> tuple[str | None, bool]:
+    """A database value as printable-safe Unicode text, and whether it had to be repaired (invalid UTF-8 or a
+    lone surrogate, each replaced by U+FFFD)."""
+    if value is None:
+        return None, False
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        text = raw.decode("utf-8", errors="replace")
+        repaired = "\ufffd" in text and text.encode("utf-8") != raw
+    else:
+        text, repaired = str(value), False
+    if _SURROGATE.search(text):
+        return _SURROGATE.sub("\ufffd", text), True
+    return text, repaired
+
+
+@dataclass(frozen=True)
+class FailedFilter:
+    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers."""
+
+    failed_q: str | None = None
+    exception_type: str | None = None
+    message_type: str | None = None
+    search: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
+                "message_type": self.message_type or None, "search": self.search or None}
+
+
+@dataclass
+class FailedPreview:
+    """One failed message as a page shows it: grouping fields, previews and full sizes, and what is wrong."""
+
+    id: str
+    seq: int
+    failed_q: str | None
+    exception_type: str | None
+    message_type: str | None
+    time_of_failure: str | None
+    exception_message: str | None
+    stack_trace: str | None
+    headers: dict[str, str | None] | None
+    headers_preview: str
+    headers_length: int
+    headers_truncated: bool
+    body_preview: str
+    body_binary: bool
+    body_length: int
+    body_truncated: bool
+    bad: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Position:
+    """A message in a queue by position and native Id (text, as a page lists it)."""
+
+    seq: int
+    id: str
+
+
+def preview(dialect: Any, row: Any, headers_chars: int, body_bytes: int) -> FailedPreview:
+    (raw_id, seq, failed_q, exception_type, message_type, time_of_failure, exception_message, stack_trace,
+     headers_preview, headers_length, body_preview, body_length) = row
+    bad: list[str] = []
+    fields = [dialect.header_field(v) for v in (failed_q, exception_type, message_type, time_of_failure,
+                                                exception_message, stack_trace)]
+    texts = [clean_text(v) for v in fields]
+    if any(repaired for _, repaired in texts):
+        bad.append("a header holds invalid Unicode (a lone surrogate or invalid UTF-8), shown replaced")
+    id_text, id_repaired = clean_text(raw_id)
+    id_text = id_text or ""
+    try:
+        uuid.UUID(id_text)
+    except ValueError:
+        bad.append("the Id is not a UUID")
+    headers_length = int(headers_length or 0)
+    truncated = headers_length > headers_chars
+    headers_text, headers_repaired = clean_text(headers_preview)
+    headers_text = headers_text or ""
+    parsed: dict[str, str | None] | None = None
+    if headers_repaired and not truncated:
+        bad.append("the headers are not valid UTF-8 text")
+    if not truncated:
+        try:
+            parsed = {clean_text(k)[0] or "": clean_text(v)[0] for k, v in parse_headers(headers_text).items()}
+        except (PoisonHeadersError, RecursionError, ValueError):
+            bad.append("the headers are not a JSON object of strings")
+    if parsed is not None and h.RAW_HEADERS in parsed:
+        bad.append("the original headers were not JSON (kept as airflow_sqlqueue.RawHeaders)")
+    body = bytes(body_preview) if body_preview is not None else b""
+    if not isinstance(body_preview, bytes | bytearray | memoryview | type(None)):
+        body = str(body_preview).encode("utf-8", errors="replace")
+        bad.append("the body is not binary (written by another program with a loose type)")
+    body_length = int(body_length or 0)
+    body_truncated = body_length > len(body)
+    if _utf8_prefix(body) if body_truncated else _is_utf8(body):
+        body_text, binary = body.decode("utf-8", errors="ignore"), False
+    else:
+        body_text, binary = body[:512].hex(" "), True
+    body_text, _ = clean_text(body_text)
+    failed_text, type_text, message_type_text, time_text, message_text, stack_text = (t for t, _ in texts)
+    return FailedPreview(id_text, int(seq), failed_text, type_text, message_type_text, time_text, message_text,
+                         stack_text, parsed, headers_text, headers_length, truncated, body_text or "", binary,
+                         body_length, body_truncated, bad)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _utf8_prefix(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 but for a character cut at its end (a preview cut mid-character)."""
+    return any(_is_utf8(data[:len(data) - cut]) for cut in range(min(4, len(data) + 1)))
