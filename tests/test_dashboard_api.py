@@ -248,6 +248,36 @@ def test_retry_returns_the_selected_message_to_its_queue_and_is_audited(client: 
     assert entry.owner == "op" and str(chosen.id) in entry.extra and CONN_ID in entry.extra
 
 
+def test_a_retry_onto_an_id_its_queue_holds_is_refused_and_loses_nothing(client: Any, filled: Any) -> None:
+    """A row with the failed message's Id arrived in its queue: the retry (all or none) is a 409 naming it, and
+    both rows stay where they are."""
+    db, made = filled
+    chosen = made["failed"][0]
+    db.transport.run(lambda cur: db.transport.book.queue(db.q("invoices")).put(cur, chosen.id, "{}", b"waiting"))
+    before = {q: sorted((str(r.id), r.body) for r in db.transport.browse(db.q(q))) for q in ("invoices", "error")}
+    response = post(client, "retry", "op", {"messages": [{"seq": chosen.seq, "id": str(chosen.id)}]})
+    assert response.status_code == 409 and "already in" in response.json()["detail"], response.text
+    assert {q: sorted((str(r.id), r.body) for r in db.transport.browse(db.q(q)))
+            for q in ("invoices", "error")} == before
+
+
+def test_a_retry_to_a_queue_outside_the_configuration_is_refused(client: Any, filled: Any) -> None:
+    """FailedQ names the error queue itself, or (PostgreSQL) the same table name in a schema the configuration
+    does not cover: each retry is a 409 with the reason, and nothing moves."""
+    db, _ = filled
+    t = db.transport
+    hostile = {t.wire_address(db.q("error")): "is the error queue itself"}
+    if db.kind == "postgres":
+        hostile['"public"."invoices"'] = "not one of the queues a retry may write to"
+    ids = t.send_many(db.q("error"), [OutgoingMessage(b"x", {h.FAILED_Q: target}) for target in hostile])
+    before = sorted(str(r.id) for r in t.browse(db.q("error")))
+    for native_id, reason in zip(ids, hostile.values(), strict=True):
+        [row] = [r for r in t.browse(db.q("error")) if r.id == native_id]
+        response = post(client, "retry", "op", {"messages": [{"seq": row.seq, "id": str(row.id)}]})
+        assert response.status_code == 409 and reason in response.json()["detail"], response.text
+    assert sorted(str(r.id) for r in t.browse(db.q("error"))) == before
+
+
 def test_delete_removes_exactly_the_selected_messages_and_is_audited(client: Any, filled: Any) -> None:
     db, made = filled
     picked = [str(r.id) for r in made["failed"][:2]]

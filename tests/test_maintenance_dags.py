@@ -328,7 +328,7 @@ def test_provision_queues(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch) 
 
 def test_error_queue_lists_groups_and_returns_selected(airflow_db, qdb: Db,  # noqa: F811
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    deploy(monkeypatch, conn_config(qdb))
+    deploy(monkeypatch, conn_config(qdb, **({"error_queue": qdb.q("error")} if qdb.schema else {})))
     t, q = qdb.transport, qdb.q
     t.create_queues([q("orders"), q("billing"), q("error")])
 

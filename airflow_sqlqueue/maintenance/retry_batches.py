@@ -23,8 +23,8 @@ from airflow_sqlqueue.transport.errorqueue.batches import BatchPlan, BatchRecord
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 
 from . import retry_progress
-from .config import ConnectionConfig, resolve_queues
-from .tasks import BadConfigurationError, _allowed, configuration, retry_targets, transport_for
+from .config import ConnectionConfig, resolve_queues, retry_targets
+from .tasks import BadConfigurationError, _allowed, configuration, transport_for
 
 log = logging.getLogger(__name__)
 DAG_ID = "sqlqueue_error_queue_batch_retry"
@@ -68,7 +68,7 @@ def targets_of(conn: ConnectionConfig, transport: SqlQueueTransport,
                redirects: Any) -> tuple[str, list[str], dict[str, str]]:
     """(error queue, the queues a retry may write to, redirects in canonical names); a redirect outside the
     configured queues is refused naming it."""
-    error_queue, targets = retry_targets(conn.conn_id, transport)
+    error_queue, targets = retry_targets(conn, transport)
     queues = resolve_queues(conn, transport)
     if redirects in (None, {}):
         return error_queue, targets, {}

@@ -274,7 +274,8 @@ def test_error_queue_dag_tasks(hq, monkeypatch):
     moved = count(hq, "error")
     assert moved == len(filled.delivered) + len(filled.expected("error"))
     conn_id = _airflow_conn(hq, monkeypatch)
-    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": [conn_id]}))
+    spec = {"schemas": [hq.schema], "error_queue": hq.q("error")} if hq.schema else {}
+    monkeypatch.setenv("AIRFLOW_VAR_SQLQUEUE_MAINTENANCE", json.dumps({"connections": {conn_id: spec}}))
     target = {"conn_id": conn_id, "error_queue": hq.q("error")}
     listing = tasks.list_failed(target)
     json.dumps(listing)
