@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport.dialects.sqlfile import Statement, parse_statements
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement, load_statements, parse_statements
 
 #: The PostgreSQL database of a run (``--pg-url`` overrides it).
 DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SQL_DIR = Path(__file__).parent / "sql"
-PROVIDER_SQL_DIR = Path(__file__).parent.parent / "airflow_sqlqueue" / "transport" / "sql"
 #: A typical NServiceBus message: the usual headers and a small JSON body.
 HEADERS = {
     "NServiceBus.MessageId": "0f8fad5b-d9cb-469f-a165-70867728950e",
@@ -51,7 +50,7 @@ SHARED = ("send", "send_many", "receive_batch", "lock_batch", "delete_by_seqs", 
 def _statements(dialect: str) -> dict[str, Statement]:
     """The bench's own statements, and the provider's that the baselines run (the same text: they cannot drift)."""
     own = parse_statements((SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
-    provider = parse_statements((PROVIDER_SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
+    provider = load_statements(f"{dialect}.sql")
     return {**own, **{name: provider[name] for name in SHARED if name in provider}}
 
 

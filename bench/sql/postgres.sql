@@ -1,7 +1,7 @@
 -- What the raw-SQL baselines on PostgreSQL need besides the provider's own statements: the backlog fill, the
 -- key list of the purge baseline, dropping a queue, VACUUM. The baselines run the provider's statements
 -- (send, receive_batch, lock_batch, delete_by_seqs, peek, send_many) as they stand in
--- airflow_sqlqueue/transport/sql/postgres.sql: the same text, run by hand with the driver, no provider code.
+-- airflow_sqlqueue/transport/dialects/sql/postgres.sql: the same text, run by hand with the driver, no provider code.
 -- %(name)s is a parameter, {queue} the quoted table.
 
 -- expired_keys --
