@@ -94,13 +94,13 @@ def task_states(dag_run: Any) -> dict[str, str]:
         return {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state) for ti in tis}
 
 
-# -- the provider's own dags/ folder (maintenance and example DAGs) -------------------------------------------
-PROJECT_DAGS_FOLDER = Path(__file__).resolve().parent.parent / "dags"
+# -- the provider's DAG folder, example_dags/ (maintenance and example DAGs) --------------------------------
+PROJECT_DAGS_FOLDER = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "example_dags"
 PROJECT_BUNDLE = "sqlqueue-dags"
 
 
 def use_project_dags() -> None:
-    """Add ``dags/`` as a second DAG bundle beside ``dags-folder`` (``tests/dags``), so ``dag.test()`` runs its DAGs.
+    """Add ``example_dags/`` as a second DAG bundle beside ``dags-folder`` (``tests/dags``), for ``dag.test()``.
 
     ``dag.test()`` serializes the DAG by parsing the bundle that holds its file; a DAG loaded from outside every
     bundle fails with "the dag is not serialized". The bundle list is read from the configuration each time.
@@ -113,7 +113,7 @@ def use_project_dags() -> None:
 
 
 def load_project_dag(dag_id: str, filename: str) -> Any:
-    """A DAG from a file in the project's ``dags/`` (call ``use_project_dags()`` first), failing on import errors."""
+    """A DAG from a file in ``example_dags/`` (call ``use_project_dags()`` first), failing on import errors."""
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(PROJECT_DAGS_FOLDER / filename))

@@ -1,4 +1,4 @@
-"""The batched retry the SQL Queues page starts: the ``sqlqueue_error_queue_batch_retry`` DAG of ``dags/`` in real
+"""The batched retry the SQL Queues page starts: the ``sqlqueue_error_queue_batch_retry`` DAG (example_dags/) in real
 ``dag.test()`` runs. 10,000 failed messages come back exactly once (counted) within the rate limit (measured from
 the batches' own timestamps, as recorded in the progress rows); the progress and audit rows are what the page's
 API reads back; a run's conf cannot choose a connection or a queue outside the configuration; a cancel request

@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 PASSWORD = "dashboard-browser-test"
 BASE_PATH = "/airflow"  # the API server behind a path prefix, as behind a reverse proxy
 SHOTS = os.environ.get("SQLQUEUE_DASHBOARD_SCREENSHOTS")
-PROJECT_DAGS = Path(__file__).resolve().parent.parent / "dags"
+PROJECT_DAGS = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "example_dags"
 #: The API server's environment (the batched-retry task runs with it, as a worker of that deployment would).
 ENV: dict[str, str] = {}
 

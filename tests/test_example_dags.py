@@ -1,4 +1,4 @@
-"""The ``dags/`` folder: every DAG imports cleanly (no errors, no deprecated imports, a ``doc_md``), and the
+"""The ``example_dags/`` folder: every DAG imports cleanly (no errors, no deprecated imports, a ``doc_md``), and the
 example DAGs run with ``dag.test()`` the way a user runs them: connection and queues from the environment and
 params, default values otherwise (SQLite queue database)."""
 
@@ -49,7 +49,7 @@ print(json.dumps({
 
 def test_every_dag_imports_without_errors_or_deprecation_warnings(tmp_path: Path) -> None:
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "PYTHONWARNINGS": "always"}
-    done = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=airflow_env.PROJECT_DAGS_FOLDER.parent,
+    done = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=Path(__file__).resolve().parent.parent,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -57,7 +57,7 @@ def test_every_dag_imports_without_errors_or_deprecation_warnings(tmp_path: Path
     assert result["captured"] == {}, result["captured"]  # warnings the DagBag caught while importing each file
     assert MAINTENANCE_DAGS | EXAMPLE_DAGS <= set(result["dags"]), sorted(result["dags"])
     deprecated = [w for w in result["warnings"] if w["deprecation"] and (
-        "airflow" in w["message"].lower() or "/dags/" in w["file"] or "airflow_sqlqueue" in w["file"])]
+        "airflow" in w["message"].lower() or "/example_dags/" in w["file"] or "airflow_sqlqueue" in w["file"])]
     assert deprecated == [], deprecated
     for dag_id in MAINTENANCE_DAGS | EXAMPLE_DAGS:
         dag = result["dags"][dag_id]

@@ -1,4 +1,4 @@
-"""Each maintenance DAG of ``dags/`` runs with ``dag.test()``, and what it did is asserted.
+"""Each maintenance DAG of ``airflow_sqlqueue/example_dags/`` runs with ``dag.test()``, and what it did is asserted.
 
 The maintenance DAGs run against SQLite and PostgreSQL queue databases (each PostgreSQL test in its own schema,
 which the configuration's ``schemas`` filter keeps discovery to) filled with expired, fresh and poison messages,

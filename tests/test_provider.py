@@ -3,8 +3,8 @@
 - ``airflow providers list`` (the venv's ``airflow`` binary, a throw-away ``AIRFLOW_HOME``) shows the provider,
   ``airflow providers triggers`` / ``queues`` show its trigger module and message-queue plug-in.
 - Every module and class path in ``get_provider_info()`` imports.
-- Every DAG file under ``tests/dags`` and ``dags/`` parses without import errors and without deprecation
-  warnings, checked in a fresh interpreter so that warnings raised on first import are seen. ``dags/`` may not
+- Every DAG file under ``tests/dags`` and ``example_dags/`` parses without import errors and without deprecation
+  warnings, checked in a fresh interpreter so that warnings raised on first import are seen. ``example_dags/`` may not
   exist yet: whatever is there is checked.
 """
 
@@ -32,7 +32,7 @@ from airflow_sqlqueue.get_provider_info import get_provider_info
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DAG_FOLDERS = [ROOT / "tests" / "dags", ROOT / "dags"]
+DAG_FOLDERS = [ROOT / "tests" / "dags", ROOT / "airflow_sqlqueue" / "example_dags"]
 PACKAGE = "airflow-provider-sqlqueue"
 
 
@@ -218,7 +218,7 @@ def _deprecations(result: dict[str, Any]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("folder", DAG_FOLDERS, ids=["tests/dags", "dags"])
+@pytest.mark.parametrize("folder", DAG_FOLDERS, ids=["tests/dags", "example_dags"])
 def test_dag_files_import_cleanly(import_check: dict[str, Any], folder: Path) -> None:
     result = import_check[str(folder)]
     if result is None:

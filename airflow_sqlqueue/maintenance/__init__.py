@@ -1,4 +1,4 @@
-"""Shared code of the maintenance DAGs in ``dags/``: configuration, queue health, and the task bodies.
+"""Shared code of the maintenance DAGs in ``example_dags/``: configuration, queue health, and the task bodies.
 
 The DAG files stay thin: each task calls one function here. See ``docs/maintenance.md``.
 """

@@ -1,4 +1,4 @@
-"""DAG params shared by the maintenance DAGs in ``dags/``."""
+"""DAG params shared by the maintenance DAGs in ``airflow_sqlqueue/example_dags/``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Task bodies of the maintenance DAGs: each takes the run's params and returns something JSON-serialisable.
 
-The DAG files in ``dags/`` only wire these together (dynamic task mapping over ``(conn_id, queue)`` pairs).
+The DAG files in ``example_dags/`` only wire these together (dynamic task mapping over ``(conn_id, queue)`` pairs).
 """
 
 from __future__ import annotations

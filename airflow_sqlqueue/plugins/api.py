@@ -304,8 +304,9 @@ def create_app() -> FastAPI:
                     run_id = batch_retries.start(conn, transport, request.model_dump(), user.get_name())
                 except DagNotFound:
                     raise HTTPException(status.HTTP_404_NOT_FOUND, (
-                        f"the DAG {batch_retries.DAG_ID!r} is not deployed: copy dags/error_queue_batch_retry.py "
-                        "of the provider into the DAGs folder")) from None
+                        f"the DAG {batch_retries.DAG_ID!r} is not deployed: add the provider's DAG folder "
+                        "(airflow_sqlqueue/example_dags) as a DAG bundle, or copy error_queue_batch_retry.py from "
+                        "it into the DAGs folder")) from None
             audit_log.audit("sqlqueue.batch_retry_started", user.get_name(), {
                 "conn_id": conn_id, "run_id": run_id,
                 "request": {**request.model_dump(exclude={"positions"}), "positions": len(request.positions)}})

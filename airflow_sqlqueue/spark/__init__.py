@@ -6,5 +6,5 @@ partitioned messages and a summary.
 * ``summary``: counts per message type and end-to-end latency.
 * ``session``: a local session for in-process use; ``submit``: ``SparkSubmitOperator`` arguments.
 
-Nothing here imports Airflow except ``example_dag`` (the example DAGs, see ``dags/example_drain_to_spark.py``).
+Nothing here imports Airflow except ``example_dag`` (the example DAGs, see ``example_dags/example_drain_to_spark.py``).
 """

@@ -1,4 +1,4 @@
-"""The example DAGs "drain to Spark" (shown in ``dags/example_drain_to_spark.py``, run by ``sqlqueue demo``).
+"""The example DAGs "drain to Spark" (shown in ``example_dags/example_drain_to_spark.py``, run by ``sqlqueue demo``).
 
 They live in the package so that an installed copy can run them; a DAGs folder only needs
 ``from airflow_sqlqueue.spark.example_dag import drain_to_spark_dag`` and ``dag = drain_to_spark_dag()``.
