@@ -279,6 +279,7 @@ def press(browser: Browser, key: str, code: str, key_code: int, text: str = "") 
     browser.send("Input.dispatchKeyEvent", type="keyUp", key=key, code=code, windowsVirtualKeyCode=key_code)
 
 
+@pytest.mark.smoke  # the default run keeps this one test of the suite
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_overview_and_depth_history_in_the_airflow_theme(server: str, browser: Browser, theme: str) -> None:
     shown = open_page(browser, server, theme)

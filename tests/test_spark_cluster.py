@@ -70,6 +70,7 @@ def _forget_local_master() -> None:
         jvm.java.lang.System.clearProperty("spark.master")
 
 
+@pytest.mark.smoke  # the default run keeps this one test of the suite
 def test_job_on_a_standalone_cluster_and_spark_connect_matches_local(
         airflow_db, cluster: SparkCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # the Connect server starts while the first DAG runs (its executors take the workers' second cores)

@@ -150,6 +150,7 @@ def test_burst_of_1(events_deployment: Deployment) -> None:
     check(scenario.wait())
 
 
+@pytest.mark.smoke  # the default run keeps this one test of the suite
 def test_burst_of_20(events_deployment: Deployment) -> None:
     scenario = Scenario(events_deployment, "burst of 20")
     scenario.send(20)
