@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from airflow_sqlqueue.extras import require
 from airflow_sqlqueue.transport import SqlQueueTransport
 
 from . import messages as m
@@ -137,6 +138,8 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, messages: in
     say = progress or (lambda text: None)
     if isinstance(messages, bool) or not isinstance(messages, int) or messages < MIN_MESSAGES:
         raise ValueError(f"--messages must be an integer of at least {MIN_MESSAGES}, got {messages!r}")
+    require("pyspark", "the demo (it runs the Spark job)")
+    require("pyarrow", "the demo (it drains to Parquet)")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("the demo runs Spark, which needs Java 17 or later: install it (e.g. apt-get install "
                            "openjdk-17-jre-headless) or set JAVA_HOME")

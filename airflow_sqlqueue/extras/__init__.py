@@ -1,7 +1,10 @@
 """Optional parts: which extra of ``airflow-provider-sqlqueue`` brings which dependency, and the error saying so.
 
-A part that needs an optional dependency checks for it where it is used (``require``), or its package imports
-``airflow_sqlqueue.extras.needs_airflow`` first; either way the error names the extra to install.
+A part that needs an optional dependency checks for it where it is used (``require``: the drain to Parquet, the
+error archive, the demo), or its package imports ``airflow_sqlqueue.extras.needs_airflow`` first (operators,
+sensors, triggers, queues), or, for PySpark, ``airflow_sqlqueue.spark`` makes a missing PySpark's import error
+name the extra; either way the error names the extra to install. Nothing imports pyarrow, PySpark or OpenLineage
+at start-up: the command line, the core, the operators, the page and the DAG files load without them.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from airflow_sqlqueue.extras import needs_airflow  # noqa: F401  (Airflow installed, at its floor, or the fix)
+
 from .archive import SqlQueueArchiveFailedOperator, SqlQueueRestoreArchiveOperator
 from .drain import SqlQueueDrainOperator
 from .maintenance import (

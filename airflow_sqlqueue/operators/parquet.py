@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import Any
 
+from airflow_sqlqueue.extras import require
 from airflow_sqlqueue.transport import ReceivedMessage
 from airflow_sqlqueue.transport.wire.headers import escape_surrogates
 
@@ -30,6 +31,7 @@ class ParquetBatchWriter:
     """Where drained batches go: a local directory (atomic rename) or an object store (one PUT per file)."""
 
     def __init__(self, output_path: Any) -> None:
+        require("pyarrow", "the drain to Parquet (output_path)")  # before any message is received
         text = str(output_path)
         self.local: str | None = None
         self.remote: Any = None

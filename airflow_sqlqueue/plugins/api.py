@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
+from airflow_sqlqueue.extras import DISTRIBUTION
 from airflow_sqlqueue.maintenance.config import MaintenanceConfigError, retry_targets
 from airflow_sqlqueue.transport.common.errors import InvalidAddressError, SqlQueueError
 from airflow_sqlqueue.transport.dialects.connect import DatabaseConnectionError
@@ -136,6 +137,9 @@ def _guard(conn_id: str, work: Callable[[], Any]) -> Any:
     except HTTPException:
         raise
     except Exception as exc:  # noqa: BLE001 - a database failure, explained without connection fields
+        if isinstance(exc, ModuleNotFoundError) and DISTRIBUTION in str(exc):
+            # an optional part the API server lacks (pyarrow for the archive): the text names the extra to install
+            raise HTTPException(status.HTTP_501_NOT_IMPLEMENTED, str(exc)) from None
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, public_error(exc, conn_id)) from None
 
 
