@@ -93,9 +93,7 @@ def test_entry_point_and_package_name() -> None:
 
 
 def test_provider_info_is_valid_for_airflow() -> None:
-    from airflow.providers_manager import _create_provider_info_schema_validator
-
-    _create_provider_info_schema_validator().validate(get_provider_info())  # raises jsonschema.ValidationError
+    tests.airflow_env.provider_info_validator().validate(get_provider_info())  # raises jsonschema.ValidationError
 
 
 def _module_paths(info: dict[str, Any]) -> list[str]:
