@@ -39,4 +39,22 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.sensors.sqlqueue"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_sqlqueue.triggers.sqlqueue"]}],
         "queues": ["airflow_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],
+        "config": {
+            "sqlqueue": {
+                "description": "Options of the SQL Queue provider (read by the API server for the Queues page).",
+                "options": {
+                    "dashboard_edit_retry": {
+                        "description": "Show the Queues page's Edit and retry action (change a failed message's "
+                                       "headers or body, then send the edited copy to its queue). Off by default. "
+                                       "When on, only users who may edit the SQL Queues view and the "
+                                       "connection (PUT) use it, and each edit is written to Airflow's audit "
+                                       "log. Set it on the API server.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
+                },
+            },
+        },
     }

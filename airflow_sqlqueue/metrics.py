@@ -10,10 +10,11 @@ Two name forms, chosen by the client the deployment configured (the order Airflo
 Airflow prefixes the name with ``[metrics] statsd_prefix`` or ``otel_prefix`` (``airflow``). The metrics, their
 kinds and emitters are listed in docs/metrics.md (:data:`METRICS` is the same list, checked by the tests).
 
-Airflow keeps two copies of its stats module: the task SDK's (set up in task processes) and the core's (set up
-by the scheduler, the triggerer and the API server). A metric goes to the one this process set up; when neither
-was, the SDK's is set up from ``[metrics]`` as a task process does. A metric that cannot be sent is dropped (and
-logged at debug level); it never fails the work it describes.
+The client is Airflow's public one, ``airflow.sdk.observability.stats`` (the import Airflow documents for
+custom metrics from tasks, plugins and operators). Airflow sets it up from ``[metrics]`` in every process that
+loads the task SDK: the task runner at the start of each task, and the triggerer, the API server and a
+``dag.test()`` process when the SDK loads. No private Airflow module is imported. A metric that cannot be sent
+is dropped (and logged at debug level); it never fails the work it describes.
 """
 
 from __future__ import annotations
@@ -85,23 +86,10 @@ def keeps_tags() -> bool:
 
 
 def stats_module() -> ModuleType:
-    """The stats module this process set up (the task SDK's or the core's); the SDK's, set up now, otherwise."""
-    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+    """Airflow's public metrics client module (``airflow.sdk.observability.stats``), set up by Airflow."""
+    from airflow.sdk.observability import stats
 
-    if getattr(sdk_stats, "_factory", None) is not None:
-        return sdk_stats
-    try:
-        from airflow._shared.observability.metrics import stats as core_stats
-    except ImportError:  # a worker with the task SDK only
-        core_stats = None
-    if core_stats is not None and getattr(core_stats, "_factory", None) is not None:
-        return core_stats
-    from airflow.sdk.configuration import conf
-    from airflow.sdk.observability.metrics import stats_utils
-
-    sdk_stats.initialize(factory=stats_utils.get_stats_factory(),
-                         export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=False))
-    return sdk_stats
+    return stats
 
 
 def _emit(kind: str, metric: str, conn_id: str, queue: str, value: float) -> None:

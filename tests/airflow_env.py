@@ -154,3 +154,13 @@ def __getattr__(name: str) -> Any:
         globals()[name] = _alert_notifier()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def provider_info_validator() -> Any:
+    """A validator for ``get_provider_info()``: Airflow's own ``provider_info.schema.json``, read from the package."""
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads((files("airflow") / "provider_info.schema.json").read_text(encoding="utf-8"))
+    return jsonschema.validators.validator_for(schema)(schema)

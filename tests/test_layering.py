@@ -146,3 +146,31 @@ def test_the_airflow_layer_imports_the_package_at_the_top(folder: str) -> None:
                         "airflow_sqlqueue")):
                     pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} imports {node.module} inside "
                                 f"{function.name}()")
+
+
+def _private_airflow_imports(path: Path) -> list[str]:
+    """Import statements of a private Airflow module or name (a part starting with ``_``) in one Python file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        private = [name for name in names if name.split(".")[0] == "airflow"
+                   and any(part.startswith("_") for part in name.split("."))]
+        found += [f"{path.name}:{node.lineno} {private[0]}"] if private else []
+    return found
+
+
+def test_nothing_imports_a_private_airflow_module_or_name(tmp_path: Path) -> None:
+    """Private Airflow modules (``airflow._shared``, ``airflow.sdk._shared``) and names move in any release."""
+    root = PACKAGE.parent
+    files = [p for folder in ("airflow_sqlqueue", "tests", "bench", "scripts") for p in (root / folder).rglob("*.py")]
+    assert len(files) > 100
+    assert [hit for path in files for hit in _private_airflow_imports(path)] == []
+    probe = tmp_path / "probe.py"
+    probe.write_text("from airflow.sdk._shared.observability.metrics import stats\nfrom airflow.x import _y\n"
+                     "import airflow._z\nfrom airflow.sdk.observability import stats\n", encoding="utf-8")
+    assert len(_private_airflow_imports(probe)) == 3  # the scan finds what it looks for

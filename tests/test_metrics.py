@@ -11,6 +11,7 @@ import tests.airflow_env as airflow_env
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import asyncio
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,8 +192,6 @@ def test_sent_position_counts_sends_and_ignores_receives(kind: str, tmp_path: Pa
 
 def test_health_dag_sends_throughput_from_two_runs(statsd: Listener, airflow_db: None, tmp_path: Path,  # noqa: F811
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-
     from airflow.models import Variable  # the metadata database, where the tasks stored it
 
     airflow_env.use_project_dags()
@@ -217,27 +216,69 @@ def test_health_dag_sends_throughput_from_two_runs(statsd: Listener, airflow_db:
     assert gauges == [f"airflow.sqlqueue.throughput_per_minute.{conn}.orders:{round(rate, 2)}|g"], gauges
 
 
-def test_a_process_that_set_up_only_the_core_client_gets_the_metrics(  # the triggerer, the scheduler
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow._shared.observability.metrics import stats as core_stats
-    from airflow.observability.metrics import stats_utils as core_stats_utils
-    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+TRIGGERER = """
+import asyncio, os, sys
+
+from airflow.configuration import conf
+from airflow.jobs.triggerer_job_runner import TriggerRunner  # the triggerer's imports
+from airflow.observability import stats
+from airflow.observability.metrics import stats_utils
+
+from airflow_sqlqueue.triggers.sqlqueue import SqlQueueTrigger
+
+# TriggererJobRunner._execute sets its client up, then forks the trigger runner (TriggerRunnerSupervisor.start)
+stats.initialize(factory=stats_utils.get_stats_factory(),
+                 export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
+
+
+async def run_one():
+    runner = TriggerRunner()
+    trigger = SqlQueueTrigger(conn_id=sys.argv[1], queue="orders", min_messages=1, poll_interval=0.1)
+    trigger.task_instance = None
+    runner.triggers[1] = {"task": None, "is_watcher": False, "name": "sqlqueue", "events": 0}
+    await asyncio.wait_for(runner.run_trigger(1, trigger), 30)
+    return len(runner.events)
+
+
+pid = os.fork()
+if pid == 0:
+    code = 0
+    try:
+        code = 0 if asyncio.run(run_one()) == 1 else 3
+    except BaseException as exc:
+        print("trigger runner failed:", repr(exc), file=sys.stderr)
+        code = 4
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_the_triggerer_sends_the_trigger_metrics(tmp_path: Path) -> None:
+    """A process set up as the triggerer is (its imports, its client, the forked runner) sends the trigger's metric.
+
+    The trigger runs in Airflow's own ``TriggerRunner.run_trigger`` in a fresh interpreter, so nothing this test
+    session set up (the ``statsd`` fixture) helps it: the metric reaches the listener only through the client
+    Airflow sets up in the triggerer.
+    """
+    import os
+    import subprocess
+    import sys
 
     listener = Listener()
-    for key, value in (("STATSD_ON", "True"), ("STATSD_HOST", "127.0.0.1"), ("STATSD_PORT", str(listener.port)),
-                       ("STATSD_PREFIX", "core")):
-        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    monkeypatch.setattr(sdk_stats, "_factory", None)  # as in a process where no task ran
-    monkeypatch.setattr(sdk_stats, "_backend", None)
-    monkeypatch.setattr(core_stats, "_backend", None)
-    monkeypatch.setattr(core_stats, "_factory", core_stats_utils.get_stats_factory())
+    path = tmp_path / "queues.db"
+    with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
+        transport.create_queues(["orders"])
+        transport.send("orders", b"m")
+    env = {**os.environ, "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(listener.port), "AIRFLOW__METRICS__STATSD_PREFIX": "triggerer",
+           "AIRFLOW_CONN_SQLQUEUE_TRIGGERER": json.dumps({"conn_type": "sqlite", "host": str(path.resolve())})}
     try:
-        assert metrics.stats_module() is core_stats
-        metrics.incr("trigger_events", "c", "orders")
-        assert listener.read() == ["core.sqlqueue.trigger_events.c.orders:1|c"]
-        monkeypatch.setattr(core_stats, "_factory", None)  # neither set up (a script): the SDK's, from [metrics]
-        metrics.gauge("queue_depth", "c", "orders", 4)
-        assert listener.read()[-1] == "core.sqlqueue.queue_depth.c.orders:4|g"
-        assert sdk_stats._factory is not None
+        done = subprocess.run([sys.executable, "-c", TRIGGERER, "sqlqueue_triggerer"], env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = listener.read()
+        assert "triggerer.sqlqueue.trigger_events.sqlqueue_triggerer.orders:1|c" in lines, lines
     finally:
         listener.socket.close()

@@ -93,9 +93,7 @@ def test_entry_point_and_package_name() -> None:
 
 
 def test_provider_info_is_valid_for_airflow() -> None:
-    from airflow.providers_manager import _create_provider_info_schema_validator
-
-    _create_provider_info_schema_validator().validate(get_provider_info())  # raises jsonschema.ValidationError
+    tests.airflow_env.provider_info_validator().validate(get_provider_info())  # raises jsonschema.ValidationError
 
 
 def _module_paths(info: dict[str, Any]) -> list[str]:
@@ -236,3 +234,39 @@ def test_the_import_check_catches_deprecated_imports(import_check: dict[str, Any
     canary = import_check["canary"]
     assert canary["import_errors"] == {} and list(canary["dags"]) == ["old_style"]
     assert any("airflow.models.dag import DAG" in text or "Import 'DAG'" in text for text in _deprecations(canary))
+
+
+def _sqlqueue_options_read() -> set[str]:
+    """Every ``[sqlqueue]`` option the package reads: ``<conf>.get*("sqlqueue", "<key>")`` / ``has_option``."""
+    import ast
+
+    found = set()
+    for path in (Path(__file__).parent.parent / "airflow_sqlqueue").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and (node.func.attr.startswith("get") or node.func.attr == "has_option")
+                    and len(node.args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2])
+                    and node.args[0].value == "sqlqueue"):
+                found.add(node.args[1].value)
+    return found
+
+
+def test_every_option_the_provider_reads_is_declared() -> None:
+    """``airflow config list`` shows an option only if ``get_provider_info()["config"]`` declares it."""
+    read = _sqlqueue_options_read()
+    assert "dashboard_edit_retry" in read  # the scan finds the reads
+    declared = get_provider_info()["config"]["sqlqueue"]["options"]
+    assert read == set(declared), (sorted(read - set(declared)), sorted(set(declared) - read))
+    for option in declared.values():
+        assert option["type"] == "boolean" and option["default"] == "False"  # off unless a deployment turns it on
+
+
+def test_airflow_config_lists_the_options(tmp_path: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    env.pop("AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY", None)
+    done = subprocess.run([sys.executable, "-m", "airflow", "config", "list", "--section", "sqlqueue",
+                           "--show-values", "--include-descriptions"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[sqlqueue]" in done.stdout and "dashboard_edit_retry = False" in done.stdout, done.stdout
+    assert "Edit and retry" in done.stdout

@@ -512,13 +512,11 @@ def test_message_queue_trigger_queue_uri(message_queue_trigger: Any) -> None:
 
 
 def test_provider_info_is_valid() -> None:
-    from airflow.providers_manager import _create_provider_info_schema_validator
-
     from airflow_sqlqueue.get_provider_info import get_provider_info
     from airflow_sqlqueue.queues.sqlqueue import SqlQueueMessageQueueProvider
 
     info = get_provider_info()
-    _create_provider_info_schema_validator().validate(info)
+    tests.airflow_env.provider_info_validator().validate(info)
     assert info["package-name"] == "airflow-provider-sqlqueue"
     assert info["queues"] == ["airflow_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"]
     assert "connection-types" not in info
