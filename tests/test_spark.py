@@ -39,11 +39,10 @@ PLACED_TYPES = (f"{PLACED}, Sales.Messages, Version=1.0.0.0, Culture=neutral, Pu
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One ``local[2]`` session for the module (no UI, 2 shuffle partitions, warehouse in a temp folder)."""
+    """One ``local[2]`` session for the module (the job's own settings, warehouse in a temp folder)."""
     from airflow_sqlqueue.spark.session import local_session
 
     session = local_session("local[2]", "sqlqueue-tests", conf={
-        "spark.sql.shuffle.partitions": "2",
         "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield session
     session.stop()
@@ -90,7 +89,7 @@ def test_headers_become_typed_columns(spark: Any, tmp_path: Path) -> None:
     write_batch(tmp_path / "in", [row(full, b"{}", seq=1), row(bare, b"{}", seq=2, native_id=native),
                                   row(untyped, b"{}", seq=3)])
 
-    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"), dataset=True)
     rows = output_rows(spark, tmp_path / "out")
 
     assert set(rows) == {"m-full", native, "m-untyped"}
@@ -116,7 +115,7 @@ def test_json_bodies_are_parsed(spark: Any, tmp_path: Path) -> None:
         row(nsb_headers("xml", **{h.CONTENT_TYPE: "text/xml"}), b"<Order Id='1'/>"),
         row(nsb_headers("json-not-json"), b"not json, but text"),
     ])
-    run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    run(spark, str(tmp_path / "in"), str(tmp_path / "out"), dataset=True)
     out = spark.read.parquet(str(tmp_path / "out" / "messages")).selectExpr(
         "message_id", "body_kind", "variant_get(body_json, '$.OrderId', 'string') AS order_id",
         "variant_get(body_json, '$.Lines[0].Qty', 'int') AS qty", "body_text", "body_binary")
@@ -133,7 +132,7 @@ def test_binary_bodies_are_kept(spark: Any, tmp_path: Path) -> None:
     pdf = b"%PDF-1.7\n\xe2\xe3\xcf\xd3\x00\xff"
     write_batch(tmp_path / "in", [row(nsb_headers("pdf", **{h.CONTENT_TYPE: "application/pdf"}), pdf),
                                   row(nsb_headers("empty"), b""), row(nsb_headers("null"), None)])
-    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"), dataset=True)
     rows = output_rows(spark, tmp_path / "out")
 
     assert rows["pdf"].body_kind == "binary" and bytes(rows["pdf"].body_binary) == pdf
@@ -150,7 +149,7 @@ def test_duplicates_are_removed(spark: Any, tmp_path: Path) -> None:
     write_batch(tmp_path / "in", first)
     write_batch(tmp_path / "in", again)
 
-    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"), dataset=True)
     rows = output_rows(spark, tmp_path / "out")
 
     assert len(rows) == 10 and summary["messages"] == 10
@@ -169,7 +168,7 @@ def test_output_is_partitioned_by_type_and_utc_date(spark: Any, tmp_path: Path) 
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
     try:
-        run(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
+        run(spark, [str(tmp_path / "in")], str(tmp_path / "out"), dataset=True)
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
 
@@ -188,7 +187,7 @@ def test_summary_counts_and_latency(spark: Any, tmp_path: Path) -> None:
     write_batch(tmp_path / "in", rows[:12])
     write_batch(tmp_path / "in", rows[12:])
 
-    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"))
+    summary = run(spark, str(tmp_path / "in"), str(tmp_path / "out"), dataset=True)
 
     assert read_summary(str(tmp_path / "out")) == {k: v for k, v in summary.items() if k != "summary_file"}
     assert (summary["messages"], summary["input_rows"], summary["duplicates_removed"]) == (25, 25, 0)
@@ -203,7 +202,7 @@ def test_summary_counts_and_latency(spark: Any, tmp_path: Path) -> None:
 
 
 def test_no_batches_gives_an_empty_result(spark: Any, tmp_path: Path) -> None:
-    summary = run(spark, [], str(tmp_path / "out"))
+    summary = run(spark, [], str(tmp_path / "out"), dataset=True)
     assert (summary["messages"], summary["input_rows"], summary["types"]) == (0, 0, {})
     assert (tmp_path / "out" / "messages" / "_SUCCESS").exists()
     assert not list((tmp_path / "out" / "messages").rglob("*.parquet"))
@@ -213,6 +212,70 @@ def test_bad_write_mode_is_refused(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="mode must be one of overwrite, append, error"):
         run(spark, [], str(tmp_path / "out"), mode="replace")
     assert not (tmp_path / "out").exists()
+
+
+# -- the summary without the dataset, from a drain's own files ------------------------------------------
+def test_summary_from_a_drains_parquet_files_counts_every_message(spark: Any, tmp_path: Path) -> None:
+    """A real drain (SQLite queue -> ``ParquetBatchWriter`` files, one per batch) then the job without the dataset:
+    every message counted per type, endpoint and date, a duplicate batch counted once, no bodies written."""
+    from airflow_sqlqueue.operators.parquet import ParquetBatchWriter
+    from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+
+    sent = {PLACED: 23, "Billing.OrderBilled": 11, "Shipping.ShipOrder": 7}
+    endpoints = {PLACED: "Sales", "Billing.OrderBilled": "Billing", "Shipping.ShipOrder": "Sales"}
+    writer = ParquetBatchWriter(str(tmp_path / "batches"))
+    files: list[str] = []
+    with SqlQueueTransport.from_url(f"sqlite:///{tmp_path / 'queues.db'}") as transport:
+        transport.create_queue("audit")
+        transport.send_many("audit", [
+            OutgoingMessage(body=b'{"n": 1}', headers=nsb_headers(types=f"{name}, Asm", **{
+                h.ORIGINATING_ENDPOINT: endpoints[name]})) for name, n in sent.items() for _ in range(n)])
+        delivered = transport.drain("audit", lambda batch: len(
+            files.append(writer.write(batch, f"b-{uuid.uuid4().hex}.parquet")) or batch), batch_size=10).delivered
+    assert delivered == 41 and len(files) == 5
+    # a batch stored twice (a crash between its file and its commit): the same Ids again
+    duplicate = tmp_path / "batches" / "again.parquet"
+    duplicate.write_bytes(Path(files[0]).read_bytes())
+
+    summary = run(spark, [str(tmp_path / "batches")], str(tmp_path / "out"))
+
+    assert (summary["input_rows"], summary["messages"], summary["duplicates_removed"]) == (51, 41, 10)
+    assert {name: t["count"] for name, t in summary["types"].items()} == sent
+    assert summary["endpoints"] == {"Sales": 30, "Billing": 11}
+    assert summary["per_date"] == {"2024-03-01": 41} and summary["dates"] == ["2024-03-01"]
+    assert summary["without_time_sent"] == 0 and summary["latency_ms"]["min"] > 0
+    assert summary["output"] is None and summary["body_kinds"] is None
+    assert {**read_summary(str(tmp_path / "out")), "summary_file": summary["summary_file"]} == summary
+    assert not (tmp_path / "out" / "messages").exists()
+
+
+def test_settings_derive_partitions_from_the_input(spark: Any, tmp_path: Path) -> None:
+    """No fixed shuffle partition count anywhere: not in the session or submit settings; per run it follows the
+    input size, adaptive execution is on, and the session's own value comes back after the run."""
+    from airflow_sqlqueue.spark import settings
+    from airflow_sqlqueue.spark.submit import spark_submit_arguments
+
+    assert "spark.sql.shuffle.partitions" not in settings.SESSION_CONF
+    assert "spark.sql.shuffle.partitions" not in spark_submit_arguments("in", "out")["conf"]
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    small, large = settings.InputSize(10, 1_000_000), settings.InputSize(20_000, 2_000_000_000)
+    assert int(settings.run_conf(small, 2, dataset=False)["spark.sql.shuffle.partitions"]) == 2  # one per core
+    assert int(settings.run_conf(large, 2, dataset=True)["spark.sql.shuffle.partitions"]) > 200
+    assert settings.run_conf(large, 2, dataset=True)["spark.sql.files.openCostInBytes"] == str(100_000)
+    assert settings.run_conf(None, 2, dataset=True) == {}  # remote input: Spark's own, merged by AQE
+    assert settings.driver_memory(large, dataset=False) == "1024m"
+    assert settings.driver_memory(large, dataset=True) == "4839m"  # 1 GB + 2 bytes per input byte
+    assert settings.driver_memory(settings.InputSize(1, 10**10), dataset=True) == "8192m"  # at most
+
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    write_batch(tmp_path / "in", [row(nsb_headers(), b"{}")])
+    seen: dict[str, str] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        original = settings.run_conf
+        patch.setattr(settings, "run_conf", lambda *a, **k: seen.update(original(*a, **k)) or seen)
+        assert run(spark, [str(tmp_path / "in")], str(tmp_path / "out"))["messages"] == 1
+    assert seen["spark.sql.shuffle.partitions"] == "2"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == before
 
 
 # -- spark-submit --------------------------------------------------------------------------------------

@@ -27,6 +27,31 @@ def batch_schema() -> Any:
                       ("body", pa.binary()), ("received_at", pa.timestamp("us", tz="UTC"))])
 
 
+#: Dictionary encoding only where values repeat (the queue), statistics only where a reader filters (positions,
+#: times): Ids, headers and bodies are unique per row, so both would be work for nothing.
+WRITE_OPTIONS: dict[str, Any] = {"use_dictionary": ["queue"], "write_statistics": ["seq", "received_at"]}
+
+
+def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
+    """One batch as an Arrow table in ``batch_schema``, one array per column."""
+    import pyarrow as pa
+
+    schema = batch_schema()
+    columns = [
+        pa.array([m.id_text for m in messages], pa.string()),
+        pa.array([m.seq for m in messages], pa.int64()),
+        pa.array([m.queue for m in messages], pa.string()),
+        # the Headers column as stored when the message still holds exactly those headers (no re-encoding);
+        # a lone surrogate (read from a stored "\ud800" escape) stays that escape: the exact headers, as UTF-8
+        pa.array([escape_surrogates(m.headers_text if m.headers_text is not None else
+                                    json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
+                  for m in messages], pa.string()),
+        pa.array([m.body for m in messages], pa.binary()),
+        pa.repeat(pa.scalar(received_at, schema.field("received_at").type), len(messages)),
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 class ParquetBatchWriter:
     """Where drained batches go: a local directory (atomic rename) or an object store (one PUT per file)."""
 
@@ -50,26 +75,18 @@ class ParquetBatchWriter:
         return self.local or str(self.remote)
 
     def write(self, messages: list[ReceivedMessage], name: str) -> str:
-        """Write one batch as a complete file under ``name``; return its path (never overwrites)."""
+        """Write one batch as a complete file under ``name``; return its path (never overwrites).
+
+        The table is built column by column (one ``pa.array`` per column from a list, no per-row objects), so a
+        file holds one batch in memory once: ``batch_size`` rows of Arrow buffers while it is written.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        now = datetime.now(timezone.utc)
-        table = pa.table({
-            "id": [m.id_text for m in messages],
-            "seq": [m.seq for m in messages],
-            "queue": [m.queue for m in messages],
-            # the Headers column as stored when the message still holds exactly those headers (no re-encoding);
-            # a lone surrogate (read from a stored "\ud800" escape) stays that escape: the exact headers, as UTF-8
-            "headers": [escape_surrogates(m.headers_text if m.headers_text is not None else
-                                          json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
-                        for m in messages],
-            "body": [m.body for m in messages],
-            "received_at": [now] * len(messages),
-        }, schema=batch_schema())
+        table = batch_table(messages, datetime.now(timezone.utc))
         if self.remote is not None:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
+            pq.write_table(table, sink, **WRITE_OPTIONS)
             final = self.remote / name
             final.write_bytes(sink.getvalue().to_pybytes())
             return str(final)
@@ -78,7 +95,7 @@ class ParquetBatchWriter:
         final_path = os.path.join(self.local, name)
         temp = os.path.join(self.local, f".{name}.tmp")
         with open(temp, "wb") as f:
-            pq.write_table(table, f)
+            pq.write_table(table, f, **WRITE_OPTIONS)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, final_path)

@@ -1,8 +1,14 @@
 """Column expressions that turn drained rows into typed messages, with Spark built-in functions only (no UDFs).
 
-Input: the Parquet files written by ``SqlQueueDrainOperator(output_path=...)`` (``INPUT_SCHEMA``). Output columns
-(``MESSAGE_COLUMNS``): the NServiceBus headers as typed columns, the body decoded by kind, the end-to-end latency
-and the partition columns ``message_type`` and ``date``.
+Input: the Parquet files written by ``SqlQueueDrainOperator(output_path=...)`` (``INPUT_SCHEMA``).
+
+* ``summary_rows(raw)``: what the summary needs, one row per message: type, endpoint, latency, date and how
+  many times it was drained. Only ``id``, ``headers`` and ``received_at`` are read (Parquet column pruning: the
+  bodies stay on disk) and only four headers are parsed.
+* ``messages(raw)``: the full typed dataset (``MESSAGE_COLUMNS``): the NServiceBus headers as typed columns, the
+  body decoded by kind, the end-to-end latency and the partition columns ``message_type`` and ``date``.
+
+Both run on PySpark 3.5 and 4.x; ``body_json`` is a VARIANT on 4.x and the JSON text on 3.5 (no VARIANT there).
 """
 
 from __future__ import annotations
@@ -43,6 +49,11 @@ MESSAGE_COLUMNS = (
     "queue", "seq", "deliveries", "headers", "body_kind", "body_json", "body_text", "body_binary", "date",
 )
 _MICROS_PER_DAY = 86_400_000_000
+#: The headers the summary reads (parsed into a struct of just these, not a map of all).
+SUMMARY_HEADERS = (h.MESSAGE_ID, h.ENCLOSED_MESSAGE_TYPES, h.ORIGINATING_ENDPOINT, h.TIME_SENT)
+SUMMARY_COLUMNS = ("message_type", "originating_endpoint", "latency_ms", "date", "deliveries")
+#: Whether this PySpark has VARIANT and ``is_valid_utf8`` (4.0 and later).
+HAS_VARIANT = hasattr(F, "try_parse_json") and hasattr(F, "is_valid_utf8")
 
 
 def _header(name: str) -> Column:
@@ -68,6 +79,33 @@ def utc_date(ts: Column) -> Column:
     return F.date_from_unix_date(F.floor(F.unix_micros(ts) / _MICROS_PER_DAY).cast("int"))
 
 
+def _latency_ms() -> Column:
+    return (F.unix_micros("received_at") - F.unix_micros("time_sent")) / 1000.0
+
+
+def summary_rows(raw: DataFrame) -> DataFrame:
+    """Drained rows to one row per message with ``SUMMARY_COLUMNS`` (duplicates counted in ``deliveries``).
+
+    Of duplicates the first received counts (as in ``messages``): an aggregation per ``message_id``, not a
+    window over whole rows.
+    """
+    schema = StructType([StructField(name, StringType()) for name in SUMMARY_HEADERS])
+    parsed = raw.select("id", "seq", "received_at", F.from_json("headers", schema).alias("h"))
+    field = F.col("h").getField
+    rows = parsed.select(
+        F.coalesce(field(h.MESSAGE_ID), F.col("id")).alias("message_id"),
+        F.struct(F.col("received_at"), F.col("seq"), F.col("id")).alias("order"),
+        F.struct(first_message_type(field(h.ENCLOSED_MESSAGE_TYPES)).alias("message_type"),
+                 field(h.ORIGINATING_ENDPOINT).alias("originating_endpoint"),
+                 wire_time(field(h.TIME_SENT)).alias("time_sent"),
+                 F.col("received_at")).alias("m"))
+    first = (rows.groupBy("message_id")
+             .agg(F.min_by("m", "order").alias("m"), F.count(F.lit(1)).alias("deliveries"))
+             .select("m.*", "deliveries"))
+    return first.select("message_type", "originating_endpoint", _latency_ms().alias("latency_ms"),
+                        utc_date(F.coalesce("time_sent", "received_at")).alias("date"), "deliveries")
+
+
 def with_header_columns(df: DataFrame) -> DataFrame:
     """Parse the headers JSON into a map and pull the well-known headers out as typed columns.
 
@@ -85,7 +123,7 @@ def with_header_columns(df: DataFrame) -> DataFrame:
             .withColumn("content_type", _header(h.CONTENT_TYPE))
             .withColumn("message_intent", _header(h.MESSAGE_INTENT))
             .withColumn("time_sent", wire_time(_header(h.TIME_SENT)))
-            .withColumn("latency_ms", (F.unix_micros("received_at") - F.unix_micros("time_sent")) / 1000.0)
+            .withColumn("latency_ms", _latency_ms())
             .withColumn("date", utc_date(F.coalesce("time_sent", "received_at"))))
 
 
@@ -93,13 +131,18 @@ def with_body_columns(df: DataFrame) -> DataFrame:
     """Decode the body: ``body_json`` (VARIANT) for JSON, ``body_text`` for other UTF-8 text, ``body_binary`` else.
 
     A body is JSON when it parses as JSON and its content type is absent or names JSON; ``body_kind`` says which
-    column holds it (``json``, ``text``, ``binary`` or ``empty``).
+    column holds it (``json``, ``text``, ``binary`` or ``empty``). On PySpark 3.5 ``body_json`` is the JSON text.
     """
     text = F.col("body").cast("string")
-    utf8 = F.when(F.is_valid_utf8(text), text)
     content_type = F.lower(F.trim(F.col("content_type")))
     json_allowed = F.coalesce(content_type.contains("json") | (content_type == ""), F.lit(True))
-    parsed = F.when(json_allowed, F.try_parse_json(utf8))
+    if HAS_VARIANT:
+        utf8 = F.when(F.is_valid_utf8(text), text)
+        parsed = F.when(json_allowed, F.try_parse_json(utf8))
+    else:  # 3.5: valid UTF-8 when decoding loses nothing; JSON when the whole text reads as a JSON value
+        utf8 = F.when(F.encode(F.decode(F.col("body"), "UTF-8"), "UTF-8") == F.col("body"), text)
+        whole = F.get_json_object(F.concat(F.lit('{"v":'), utf8, F.lit("}")), "$.v")
+        parsed = F.when(json_allowed & whole.isNotNull(), utf8)
     kind = (F.when(F.col("body").isNull() | (F.length("body") == 0), F.lit("empty"))
             .when(parsed.isNotNull(), F.lit("json"))
             .when(utf8.isNotNull(), F.lit("text"))

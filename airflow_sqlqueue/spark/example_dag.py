@@ -32,11 +32,11 @@ DOC = """
    most `max_concurrency` receivers, `batch_size` messages per transaction. Each batch is written to
    `<output>/<run>/batches/` as a Parquet file, fsync'ed, *before* its receive commits: nothing is lost, and a
    message seen twice after a crash keeps its Id. Expired messages are dropped, poison ones go to `error_queue`.
-4. `spark` runs the job of `airflow_sqlqueue.spark.job`: NServiceBus headers as typed columns, JSON bodies
-   parsed, duplicates removed, written to `<output>/<run>/results/messages/message_type=.../date=.../`,
-   plus `<output>/<run>/results/summary.json`. This DAG runs Spark in the worker (`spark_master`, default
-   `local[*]`); `example_sqlqueue_drain_to_spark_submit` sends the same job to a cluster with
-   `SparkSubmitOperator`.
+4. `spark` runs the job of `airflow_sqlqueue.spark.job`: `<output>/<run>/results/summary.json` (counts per
+   type, endpoint and date, latency) and, with `dataset` (default on), NServiceBus headers as typed columns,
+   JSON bodies parsed, duplicates removed, written to `<output>/<run>/results/messages/message_type=.../date=.../`.
+   This DAG runs Spark in the worker (`spark_master`, default `local[*]`);
+   `example_sqlqueue_drain_to_spark_submit` sends the same job to a cluster with `SparkSubmitOperator`.
 5. `summary` logs counts per message type, latency (time sent -> drained) and the depth left in both queues.
 
 **Configure** with the params when triggering (defaults: the environment variables `SQLQUEUE_EXAMPLE_CONN_ID`,
@@ -73,6 +73,9 @@ def drain_to_spark_params() -> dict[str, Param]:
         "max_concurrency": Param(2, type="integer", minimum=1, maximum=32, title="Receivers at once"),
         "batch_size": Param(500, type="integer", minimum=1, title="Messages per receive transaction"),
         "spark_master": Param("local[*]", type="string", minLength=1, title="Spark master (in-process DAG)"),
+        "dataset": Param(True, type="boolean", title="Write the typed messages",
+                         description="Also write the typed, deduplicated messages (bodies decoded) partitioned by "
+                                     "type and date; off: the summary only (reads no bodies, much faster)."),
     }
 
 
@@ -90,9 +93,12 @@ def spark(files: list[str], params: dict[str, Any] | None = None, run_id: str | 
     """Run the Spark job in this worker on the files the drain wrote; return its summary."""
     from airflow_sqlqueue.spark.job import run
     from airflow_sqlqueue.spark.session import spark_session
+    from airflow_sqlqueue.spark.settings import driver_memory, input_size
 
-    with spark_session(params["spark_master"], "sqlqueue-drain-to-spark") as session:
-        return run(session, files, f"{run_folder(params, run_id)}/results")
+    dataset = bool(params.get("dataset", True))
+    memory = driver_memory(input_size(files), dataset=dataset)  # used when this task starts the JVM
+    with spark_session(params["spark_master"], "sqlqueue-drain-to-spark", driver_memory=memory) as session:
+        return run(session, files, f"{run_folder(params, run_id)}/results", dataset=dataset)
 
 
 @task
@@ -171,7 +177,8 @@ def drain_to_spark_submit_dag(dag_id: str = "example_sqlqueue_drain_to_spark_sub
              params=drain_to_spark_params(), user_defined_macros={"run_folder": run_folder}, **dag_args) as dag:
         drain = _wait_and_drain()
         submit = SparkSubmitOperator(task_id="spark", **spark_submit_arguments(
-            f"{folder}/batches", f"{folder}/results", conn_id=spark_conn_id, conf=spark_conf))
+            f"{folder}/batches", f"{folder}/results", conn_id=spark_conn_id, conf=spark_conf,
+            dataset="{{ params.dataset }}"))
         results = read_results()
         drain >> submit >> results
         summary(results)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .session import DEFAULT_CONF
+from .settings import SESSION_CONF
 
 
 def job_file() -> str:
@@ -15,7 +15,8 @@ def job_file() -> str:
 
 
 def spark_submit_arguments(inputs: str | Sequence[str], output: str, *, conn_id: str = "spark_default",
-                           mode: str = "overwrite", name: str = "sqlqueue-drained-messages",
+                           mode: str = "overwrite", dataset: bool | str = False,
+                           name: str = "sqlqueue-drained-messages",
                            conf: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """Keyword arguments of ``SparkSubmitOperator`` for the job (add ``task_id``; ``extra`` is passed on).
 
@@ -25,15 +26,17 @@ def spark_submit_arguments(inputs: str | Sequence[str], output: str, *, conn_id:
 
     :param inputs: Parquet files or folders of drained batches (templated strings are fine).
     :param output: output folder (templated strings are fine).
+    :param dataset: also write the typed messages (``--dataset true``); else the summary only (a template
+        such as ``"{{ params.dataset }}"`` is fine).
     :param conn_id: a ``spark`` connection; its host is the master (``local[*]``, ``spark://...``, ``yarn``...).
     """
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
-    settings = {k: v for k, v in DEFAULT_CONF.items() if k != "spark.sql.shuffle.partitions"}
     return {
         "application": job_file(),
-        "application_args": ["--input", *paths, "--output", output, "--mode", mode],
+        "application_args": ["--input", *paths, "--output", output, "--mode", mode,
+                             "--dataset", str(dataset).lower()],
         "conn_id": conn_id,
         "name": name,
-        "conf": {**settings, **(conf or {})},
+        "conf": {**SESSION_CONF, **(conf or {})},
         **extra,
     }

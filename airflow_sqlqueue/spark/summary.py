@@ -9,12 +9,17 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from . import columns
 from .columns import BODY_KINDS
 
 #: Relative accuracy of the percentiles (exact below this many values per group).
 PERCENTILE_ACCURACY = 10_000
 #: Latencies as exact decimals for the average: whole microseconds, up to ~30,000 years.
 _EXACT_MS = "decimal(24,3)"
+
+
+#: The groupings of one summary pass: every message, per type, per endpoint, per UTC date.
+_GROUPINGS = ("all", "type", "endpoint", "date")
 
 
 def _aggregates() -> list[Column]:
@@ -26,9 +31,7 @@ def _aggregates() -> list[Column]:
             # an exact (decimal) sum: the same average whatever the partitioning (a double sum depends on its order)
             F.avg(latency.cast(_EXACT_MS)).alias("avg"),
             F.percentile_approx(latency, [0.5, 0.95], PERCENTILE_ACCURACY).alias("pct"),
-            F.max(latency).alias("max"),
-            F.array_sort(F.collect_set(F.col("date").cast("string"))).alias("dates"),
-            *[F.count_if(F.col("body_kind") == kind).alias(f"kind_{kind}") for kind in BODY_KINDS]]
+            F.max(latency).alias("max")]
 
 
 def _latency(row: Any) -> dict[str, float | None]:
@@ -37,16 +40,23 @@ def _latency(row: Any) -> dict[str, float | None]:
     return {k: (None if v is None else round(float(v), 3)) for k, v in values.items()}
 
 
-def summarize(messages: DataFrame) -> dict[str, Any]:
-    """Counts and latency (ms) overall and per ``message_type``, as a JSON-serialisable dict (one Spark job).
+def summarize(rows: DataFrame, body_kinds: dict[str, int] | None = None) -> dict[str, Any]:
+    """Counts and latency (ms) overall, per ``message_type``, per originating endpoint and per UTC date, as a
+    JSON-serialisable dict, in one Spark job (one aggregation over the rows, each counted in four groupings).
 
-    ``messages`` are the output of ``columns.messages``; ``input_rows`` counts the drained rows read, and
+    ``rows`` are ``columns.summary_rows`` (one per message); ``input_rows`` counts the drained rows read, and
     ``duplicates_removed`` what deduplication dropped. Messages without a readable ``NServiceBus.TimeSent``
-    count, but have no latency (``without_time_sent``).
+    count, but have no latency (``without_time_sent``). ``body_kinds`` (counts per ``body_kind``) is only known
+    when the typed dataset was written, else None.
     """
-    rows = messages.rollup("message_type").agg(*_aggregates()).collect()
-    total = next((r for r in rows if r["message_type"] is None), None)
-    types = sorted((r for r in rows if r["message_type"] is not None), key=lambda r: (-r["count"], r["message_type"]))
+    keys = F.array(*[F.struct(F.lit(g).alias("g"), key.alias("k")) for g, key in zip(_GROUPINGS, (
+        F.lit(None).cast("string"), F.col("message_type"), F.coalesce("originating_endpoint", F.lit("unknown")),
+        F.col("date").cast("string")), strict=True)])
+    grouped = (rows.select(F.explode(keys).alias("key"), *columns.SUMMARY_COLUMNS)
+               .groupBy(F.col("key.g").alias("g"), F.col("key.k").alias("k")).agg(*_aggregates()).collect())
+    by = {g: [r for r in grouped if r["g"] == g] for g in _GROUPINGS}
+    total = by["all"][0] if by["all"] else None
+    types = sorted(by["type"], key=lambda r: (-r["count"], r["k"]))
     count = int(total["count"]) if total else 0
     input_rows = int(total["input_rows"] or 0) if total else 0
     return {
@@ -55,10 +65,22 @@ def summarize(messages: DataFrame) -> dict[str, Any]:
         "duplicates_removed": input_rows - count,
         "without_time_sent": count - (int(total["with_latency"]) if total else 0),
         "latency_ms": _latency(total) if total else _latency({"pct": None, "min": None, "avg": None, "max": None}),
-        "types": {r["message_type"]: {"count": r["count"], "latency_ms": _latency(r)} for r in types},
-        "body_kinds": {kind: int(total[f"kind_{kind}"]) if total else 0 for kind in BODY_KINDS},
-        "dates": list(total["dates"]) if total else [],
+        "types": {r["k"]: {"count": r["count"], "latency_ms": _latency(r)} for r in types},
+        "endpoints": {r["k"]: r["count"] for r in sorted(by["endpoint"], key=lambda r: (-r["count"], r["k"]))},
+        "per_date": {r["k"]: r["count"] for r in sorted(by["date"], key=lambda r: r["k"])},
+        "body_kinds": body_kinds,
+        "dates": sorted(r["k"] for r in by["date"]),
     }
+
+
+def body_kind_counts(values: dict[str, Any] | None) -> dict[str, int]:
+    """``{kind: count}`` from the ``kind_<kind>`` metrics observed while the dataset was written."""
+    return {kind: int((values or {}).get(f"kind_{kind}") or 0) for kind in BODY_KINDS}
+
+
+def body_kind_metrics() -> list[Column]:
+    """The metrics observed on the dataset as it is written (no second pass over the bodies)."""
+    return [F.sum(F.when(F.col("body_kind") == kind, 1).otherwise(0)).alias(f"kind_{kind}") for kind in BODY_KINDS]
 
 
 def is_local(path: str) -> bool:
@@ -74,7 +96,7 @@ def local_path(path: str) -> str:
     return path
 
 
-def write_summary(messages: DataFrame, summary: dict[str, Any], output: str) -> str:
+def write_summary(spark: Any, summary: dict[str, Any], output: str) -> str:
     """Store the summary as ``<output>/summary.json``: a file locally, a one-line text dataset elsewhere."""
     target = f"{output.rstrip('/')}/summary.json"
     text = json.dumps(summary, sort_keys=True)
@@ -83,7 +105,6 @@ def write_summary(messages: DataFrame, summary: dict[str, Any], output: str) -> 
         with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         return path
-    spark = messages.sparkSession
     spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(target)
     return target
 

@@ -1,0 +1,209 @@
+"""Queue -> Parquet -> Spark summary, end to end: the hand pipeline (``bench/hand_pipeline.py``) beside the
+provider's (the drain operator's sink ``ParquetBatchWriter`` on ``transport.drain``, then ``spark.job.run`` in a
+``local[*]`` session sized by ``spark.settings``), in one run, alternating who goes first.
+
+Each contestant of each repeat: a fresh queue of ``--messages`` NServiceBus-shaped messages on PostgreSQL (5 types,
+~200-byte JSON bodies; filled and checkpointed off the clock), the drain timed in this process, then the Spark step
+timed as its own process (a fresh JVM each: start-up counts for both). Counts must agree between contestants.
+``dataset`` is the provider's job writing the full typed dataset too (its own figure).
+
+    SQLQUEUE_BENCH_PG_URL=postgresql://... python -m bench.spark_pipeline --messages 1000000 --repeats 2 \\
+        --work /scratch/spark --out bench/results
+
+Writes ``spark_pipeline.json`` and ``spark_pipeline.md`` (medians, ratios to the hand pipeline, the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from .databases import DEFAULT_PG_URL, BenchDb
+from .hand_pipeline import drain as hand_drain
+
+QUEUE = "spark_pipeline"
+TYPES = ("Sales.Messages.Events.OrderPlaced", "Sales.Messages.Events.OrderCancelled",
+         "Sales.Messages.Events.PriceQuoted", "Billing.Messages.Events.OrderBilled",
+         "Shipping.Messages.Commands.ShipOrder")
+ENDPOINTS = ("Sales", "Sales", "Sales", "Billing", "Shipping")
+CONTESTANTS = ("hand", "project", "dataset")
+
+
+def project_drain(db: BenchDb, directory: Path, *, batch: int, receivers: int) -> Callable[[], int]:
+    """The drain operator's Parquet path: ``transport.drain`` with its ``ParquetBatchWriter`` as the sink (the
+    operator module, which imports Airflow, is imported here, before the clock starts)."""
+    import uuid
+
+    import pyarrow.parquet  # noqa: F401
+
+    from airflow_sqlqueue.operators.parquet import ParquetBatchWriter
+
+    target = ParquetBatchWriter(str(directory))
+
+    def sink(messages: list[Any]) -> int:
+        target.write(messages, f"{QUEUE}-{uuid.uuid4().hex}.parquet")
+        return len(messages)
+
+    def work() -> int:
+        with db.transport() as transport:
+            return transport.drain(db.address(QUEUE), sink, batch_size=batch, concurrency=receivers).delivered
+
+    return work
+
+
+def project_summary(directory: str, output: str, dataset: bool) -> dict[str, Any]:
+    """The provider's Spark step as a user runs it (docs/spark.md): a local session sized from the input."""
+    from airflow_sqlqueue.spark.job import run
+    from airflow_sqlqueue.spark.session import spark_session
+    from airflow_sqlqueue.spark.settings import driver_memory, input_size
+
+    started = time.monotonic()
+    memory = driver_memory(input_size([directory]), dataset=dataset)
+    with spark_session("local[*]", "sqlqueue-bench", driver_memory=memory) as spark:
+        result = run(spark, [directory], output, dataset=dataset)
+    return {**result, "driver_memory": memory, "inner_seconds": round(time.monotonic() - started, 2)}
+
+
+def _spark_process(argv: list[str]) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parent.parent)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[:2]} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1]), seconds
+
+
+def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Fill the queue, drain it (timed), summarize the files with Spark (timed); clean up the files."""
+    batches, results = work / kind / "batches", work / kind / "results"
+    shutil.rmtree(work / kind, ignore_errors=True)
+    db.reset(QUEUE)
+    db.execute("fill_typed", QUEUE, {"count": args.messages, "types": list(TYPES), "endpoints": list(ENDPOINTS)})
+    db.vacuum(QUEUE)
+    db.settle()
+    if kind == "hand":
+        drain_work: Callable[[], int] = partial(hand_drain, db, QUEUE, batches, batch=args.batch_size,
+                                                receivers=args.receivers)
+    else:
+        drain_work = project_drain(db, batches, batch=args.batch_size, receivers=args.receivers)
+    load = os.getloadavg()
+    started = time.monotonic()
+    drained = drain_work()
+    drain_seconds = time.monotonic() - started
+    files = list(batches.glob("*.parquet"))
+    size = sum(p.stat().st_size for p in files)
+    if kind == "hand":
+        summary, spark_seconds = _spark_process(["bench.hand_pipeline", "summary", str(batches)])
+    else:
+        summary, spark_seconds = _spark_process(["bench.spark_pipeline", "_summary", str(batches), str(results),
+                                                 "--dataset" if kind == "dataset" else "--summary-only"])
+    shutil.rmtree(work / kind, ignore_errors=True)
+    return {"kind": kind, "drained": drained, "drain_seconds": round(drain_seconds, 2),
+            "spark_seconds": round(spark_seconds, 2), "total_seconds": round(drain_seconds + spark_seconds, 2),
+            "spark_inner_seconds": summary.get("inner_seconds"), "files": len(files), "parquet_bytes": size,
+            "driver_memory": summary.get("driver_memory", "1g (Spark's default)"),
+            "counts": {name: t["count"] for name, t in summary["types"].items()},
+            "endpoints": summary["endpoints"], "messages": summary["messages"],
+            "duplicates_removed": summary["duplicates_removed"],
+            "load_average": [round(x, 2) for x in load]}
+
+
+def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    kinds = [k for k in CONTESTANTS if any(s["kind"] == k for s in samples)]
+    med = {k: {f: statistics.median(s[f] for s in samples if s["kind"] == k)
+               for f in ("drain_seconds", "spark_seconds", "total_seconds")} for k in kinds}
+    hand = med.get("hand")
+    lines = [f"Run of {meta['date']}, {meta['messages']:,} messages (5 types, ~200-byte JSON bodies) on PostgreSQL, "
+             f"batches of {meta['batch_size']}, {meta['receivers']} receivers, {meta['repeats']} repeat(s); "
+             f"medians. Machine: {meta['cpus']} cores, {meta['memory_gb']} GB, shared with other work and busy "
+             f"(load average {meta['load_average_start'][0]:.1f} at the start, {meta['load_average_end'][0]:.1f} "
+             "at the end): compare the ratios, not the seconds.", "",
+             "| pipeline | runs | drain s | drain msg/s | Spark s | end to end s | end to end vs hand | "
+             "drain vs hand (throughput) | Spark vs hand | driver heap |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for k in kinds:
+        m = med[k]
+        runs = sum(1 for s in samples if s["kind"] == k)
+        memory = next(s["driver_memory"] for s in samples if s["kind"] == k)
+        ratio = {f: f"{m[f] / hand[f]:.2f}x" if hand else "-" for f in ("total_seconds", "spark_seconds")}
+        drain_ratio = f"{hand['drain_seconds'] / m['drain_seconds']:.2f}x" if hand else "-"
+        lines.append(f"| {k} | {runs} | {m['drain_seconds']:.1f} | {meta['messages'] / m['drain_seconds']:,.0f} | "
+                     f"{m['spark_seconds']:.1f} | {m['total_seconds']:.1f} | {ratio['total_seconds']} | "
+                     f"{drain_ratio} | {ratio['spark_seconds']} | {memory} |")
+    lines += ["", "Spark s is the whole Spark process (Python and JVM start-up included, as a user pays it). "
+              "`dataset` also writes the typed, deduplicated messages (bodies decoded) partitioned by type and date.",
+              "", f"Command: `{meta['command']}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_summary":  # the provider's Spark step in its own process
+        print(json.dumps(project_summary(argv[1], argv[2], argv[3] == "--dataset"), sort_keys=True, default=str))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_pipeline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--receivers", type=int, default=2)
+    parser.add_argument("--contestants", default="hand,project", help="comma-separated: hand, project, dataset")
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--work", type=Path, required=True, help="scratch folder for the Parquet files")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    kinds = [k.strip() for k in args.contestants.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(CONTESTANTS))
+    if unknown:
+        parser.error(f"unknown contestants {unknown}; choose from {', '.join(CONTESTANTS)}")
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "messages": args.messages,
+            "batch_size": args.batch_size, "receivers": args.receivers, "repeats": args.repeats,
+            "cpus": os.cpu_count(),
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_start": os.getloadavg(),
+            "command": "python -m bench.spark_pipeline " + " ".join(argv)}
+    import pyarrow
+    import pyspark
+
+    meta.update(pyspark=pyspark.__version__, pyarrow=pyarrow.__version__)
+    args.work.mkdir(parents=True, exist_ok=True)
+    db = BenchDb.open("postgres", args.pg_url)
+    samples: list[dict[str, Any]] = []
+    try:
+        for repeat in range(args.repeats):
+            order = kinds if repeat % 2 == 0 else list(reversed(kinds))
+            for kind in order:
+                sample = {**one(db, kind, args, args.work), "repeat": repeat}
+                samples.append(sample)
+                print(json.dumps(sample), flush=True)
+    finally:
+        db.close()
+    first = samples[0]
+    for s in samples:
+        if (s["counts"], s["endpoints"], s["messages"]) != (first["counts"], first["endpoints"], first["messages"]) \
+                or s["messages"] != args.messages:
+            raise SystemExit(f"counts differ: {s['kind']} {s['counts']} vs {first['kind']} {first['counts']}")
+    meta["load_average_end"] = os.getloadavg()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "spark_pipeline.json").write_text(json.dumps({"meta": meta, "samples": samples}, indent=1) + "\n")
+    text = report(samples, meta)
+    (args.out / "spark_pipeline.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
