@@ -134,7 +134,8 @@ class Dialect:
     def _make_identifiers(self, address: QueueAddress) -> dict[str, str]:
         delayed = self.delayed_address(address)
         ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed),
-               "table": self.qualified(address)}  # statements about a table that is not a queue (subscriptions)
+               "table": self.qualified(address),  # statements about a table that is not a queue (subscriptions)
+               "inbox_index": self.quote(f"{address.table}_processed_ix")}  # the inbox table's retention index
         for kind in self.index_kinds:
             ids[kind + "_index"] = self.quote(self.index_name(address, kind))
         return ids
