@@ -7,6 +7,10 @@
 -- 1 when the table exists.
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = %(table_name)s
 
+-- database_file --
+-- The main database's file (empty for an in-memory database): what a watcher stats for wake-ups without queries.
+SELECT file FROM pragma_database_list WHERE name = 'main'
+
 -- object_named --
 -- What holds a name (tables and indexes share one namespace): its type and, for an index, its table.
 SELECT type, tbl_name FROM sqlite_master WHERE name = %(name)s COLLATE NOCASE
