@@ -111,9 +111,8 @@ class SqlQueueTrigger(BaseTrigger):
         try:
             transport, connection = await get_transport(self.conn_id)
             wakeups = transport.wakeups(self.queue, self.poll_interval, self.max_poll_interval)
-            if await asyncio.to_thread(wakeups.start):
-                self.log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback",
-                              self.queue, self.poll_interval)
+            await asyncio.to_thread(wakeups.start)
+            self.log.info("queue %s: this trigger is %s", self.queue, wakeups.describe())
             failures = 0
             while True:
                 try:
@@ -418,9 +417,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         loop = asyncio.get_running_loop()
         failures = 0
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
-        if await asyncio.to_thread(wakeups.start):  # before the first claim: no send is missed in between
-            log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback", name,
-                     self.poll_interval)
+        await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
+        log.info("queue %s: this trigger is %s", name, wakeups.describe())
         try:
             while not self._closing:
                 wait = self._last_event + self.event_interval - loop.time()

@@ -132,6 +132,19 @@ class Wakeups:
         self._seen = now
         return True
 
+    def describe(self) -> str:
+        """How this watcher learns of new messages, for one log line (call after ``start``)."""
+        fallback = (f"every {self.poll_interval:g} s after messages, backing off to {self.max_poll_interval:g} s "
+                    "while idle")
+        if self.push:
+            return f"woken on each send (LISTEN), with a fallback poll {fallback}"
+        if self._files:
+            return (f"woken when the database's files change (checked every {FILE_CHECK_INTERVAL:g} s without a "
+                    f"query), with a fallback poll {fallback}")
+        hint = (" (install the wake-up trigger to be woken on each send: `sqlqueue create QUEUE --notify` or "
+                "transport.enable_notifications)") if self._want_push else ""
+        return f"polling {fallback}{hint}"
+
     def close(self) -> None:
         """Stop listening (the connection is closed)."""
         listener, self._listener = self._listener, None
