@@ -47,6 +47,7 @@ def test_configuration_sources_and_params(tmp_path: Path, monkeypatch: pytest.Mo
     ({"record_health_samples": "false"}, "record_health_samples must be true or false, got 'false'"),
     ({"connections": {"a": {"record_health_samples": 1}}}, "connection 'a': record_health_samples must be true"),
     ({"health_samples_retention_days": -1}, "health_samples_retention_days must be a positive number"),
+    ({"inbox_retention_days": 0}, "inbox_retention_days must be a positive number of days or null"),
     ({"connections": {"a": {"queues": [1]}}}, "connection 'a': 'queues' must list queue addresses"),
     ({"connections": {"a": {"error_queue": 5}}}, "connection 'a': error_queue must be a non-empty string"),
     ({"connections": []}, "'connections' must be an object"),

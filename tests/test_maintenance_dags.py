@@ -164,6 +164,7 @@ def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # 
     assert {r["queue"]: r["purged"] for r in per_queue} == expected
     assert count(qdb, q("orders")) == 6 and count(qdb, q("audit")) == 0  # fresh, forever and the poison rows
     assert count(qdb, q("legacy")) == 2
+    assert airflow_env.xcom_value(dr, "purge_inbox") == {CONN_ID: 0}  # no inbox table: nothing to purge
     assert calls[0] == 9  # batches 2, 2, 1 after the 6 deadlocks: nothing deleted twice, nothing missed
     # the task log: deadlocks as warnings, each queue's count, and the report's table
     warnings = task_log(caplog, logging.WARNING)

@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamManager
@@ -30,6 +31,7 @@ from airflow_sqlqueue.triggers.sqlqueue import (
     SqlQueueMessageTrigger,
     SqlQueueStreamProducer,
     SqlQueueTrigger,
+    UnsafeTriggerConfigurationError,
     event_messages,
     message_payload,
 )
@@ -46,8 +48,9 @@ def airflow_conn(db: Db, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> s
     if db.kind == "sqlite":
         fields: dict[str, Any] = {"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]}
     else:
-        fields = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
-                  "schema": "test"}
+        parts = urlsplit(db.url)  # the test server and database (SQLQUEUE_TEST_PG_URL)
+        fields = {"conn_type": "postgres", "host": parts.hostname, "port": parts.port or 5432,
+                  "login": parts.username, "schema": parts.path.lstrip("/")}
     fields.update(overrides)
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
     return conn_id
@@ -215,6 +218,103 @@ def test_rejected_event_goes_to_the_error_queue(queues: Db, monkeypatch: pytest.
     assert count(queues, "orders") == 0
     rows = queues.transport.browse(queues.q("error"))
     assert sorted(str(r.id) for r in rows) == sorted(sent) and json.loads(rows[0].headers)["NServiceBus.FailedQ"]
+
+
+def test_the_filter_sends_refused_messages_to_the_error_queue_with_the_reason(queues: Db,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """message_types and match_headers per watcher: refused messages leave for the error queue with failure headers
+    naming the reason; accepted ones are emitted; every message counted once, in one place."""
+    t, q = queues.transport, queues.q
+    kinds = {"a": ("Shop.OrderPlaced, Shop.Messages, Version=1.0.0.0", "eu"),
+             "b": ("Shop.OrderCancelled", "eu"), "c": ("Shop.OrderPlaced;Shop.IOrderEvent", "us"), "d": (None, "eu")}
+    ids = {}
+    for key, (kind, region) in kinds.items():
+        headers = {"Region": region, **({"NServiceBus.EnclosedMessageTypes": kind} if kind else {})}
+        ids[key] = str(t.send(q("orders"), OutgoingMessage(body=key, headers=headers)))
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), message_types=["Shop.OrderPlaced"],
+                            match_headers={"Region": "eu"})
+
+    async def scenario() -> list[str]:
+        stream = producer.open_stream()
+        event, number = await anext(stream)
+        await producer.advance([AdvanceItem(number, ACKED)])
+        await stream.aclose()
+        await producer.aclose()
+        return [m["id"] for m in event["messages"]]
+
+    assert run(scenario()) == [ids["a"]]
+    assert count(queues, "orders") == 0
+    errors = {str(r.id): json.loads(r.headers) for r in t.browse(q("error"))}
+    assert sorted(errors) == sorted([ids["b"], ids["c"], ids["d"]])
+    reasons = {k: errors[ids[k]]["NServiceBus.ExceptionInfo.Data.Reason"] for k in "bcd"}
+    assert "message type Shop.OrderCancelled is not one of the watcher's message_types" in reasons["b"]
+    assert reasons["c"] == "header 'Region' is 'us', the watcher's match_headers wants 'eu'"
+    assert "no NServiceBus.EnclosedMessageTypes header" in reasons["d"]
+    for headers in errors.values():
+        assert headers["NServiceBus.ExceptionInfo.ExceptionType"].endswith("MessageFilteredError")
+        assert headers["NServiceBus.ExceptionInfo.Message"] == headers["NServiceBus.ExceptionInfo.Data.Reason"]
+        assert headers["NServiceBus.FailedQ"] and headers["NServiceBus.TimeOfFailure"]
+
+
+@pytest.mark.parametrize("case", ["missing", "itself"])
+def test_a_lossy_error_queue_is_refused_before_claiming(queues: Db, monkeypatch: pytest.MonkeyPatch,
+                                                        case: str) -> None:
+    send(queues, 3)
+    error = queues.q("no_such_error") if case == "missing" else queues.q("orders")
+    trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(queues, monkeypatch), queue_name=queues.q("orders"),
+                                     error_queue=error, poll_interval=0.1)
+    producer = SqlQueueMessageTrigger.create_shared_stream_producer(trigger.serialize()[1])
+
+    async def scenario() -> None:
+        try:
+            await anext(producer.open_stream())
+        finally:
+            await producer.aclose()
+
+    message = "does not exist" if case == "missing" else "is the watched queue itself"
+    with pytest.raises(UnsafeTriggerConfigurationError, match=message):
+        run(scenario())
+    assert count(queues, "orders") == 3  # nothing claimed, nothing moved
+
+
+def test_two_watchers_of_one_queue_with_different_filters_are_refused(queues: Db,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    send(queues, 2)
+    conn_id = airflow_conn(queues, monkeypatch)
+    first = producer_for(queues, conn_id, message_types=["Shop.A"])
+    second = producer_for(queues, conn_id, message_types=["Shop.B"])
+    same = producer_for(queues, conn_id, message_types=["Shop.A"])
+
+    async def scenario() -> None:
+        stream = first.open_stream()
+        waiting = asyncio.ensure_future(anext(stream))  # claims and refuses both (neither is a Shop.A)
+        await asyncio.sleep(0.5)
+        try:
+            with pytest.raises(UnsafeTriggerConfigurationError, match="another filter"):
+                await anext(second.open_stream())
+            same_stream = same.open_stream()
+            other = asyncio.ensure_future(anext(same_stream))  # the same filter shares the queue: allowed
+            await asyncio.sleep(0.3)
+            assert not other.done()
+            other.cancel()
+            await asyncio.gather(other, return_exceptions=True)
+        finally:
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+            for producer in (first, second, same):
+                await producer.aclose()
+
+    run(scenario())
+    assert count(queues, "error") == 2
+
+
+def test_the_run_fallback_is_refused_unless_allowed(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    send(queues, 2)
+    trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(queues, monkeypatch), queue_name=queues.q("orders"),
+                                     error_queue=queues.q("error"), poll_interval=0.1)
+    with pytest.raises(UnsafeTriggerConfigurationError, match="allow_delete_before_stored"):
+        run(anext(trigger.run()))
+    assert count(queues, "orders") == 2
 
 
 def test_poison_and_expired_rows_are_not_emitted(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -418,7 +518,8 @@ def test_ack_mode_through_the_shared_stream_manager(queues: Db, monkeypatch: pyt
 def test_run_fallback_emits_and_deletes(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     sent = send(queues, 2)
     trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(queues, monkeypatch), queue_name=queues.q("orders"),
-                                     error_queue=queues.q("error"), poll_interval=0.1)
+                                     error_queue=queues.q("error"), poll_interval=0.1,
+                                     allow_delete_before_stored=True)
 
     async def scenario() -> list[str]:
         events = trigger.run()
@@ -450,6 +551,18 @@ def test_message_trigger_serializes_and_shares_by_queue() -> None:
         SqlQueueMessageTrigger(conn_id="c", queue_name="orders", batch_size=0)
     with pytest.raises(ValueError, match="event_interval"):
         SqlQueueMessageTrigger(conn_id="c", queue_name="orders", event_interval=-1)
+    filtered = SqlQueueMessageTrigger(conn_id="c", queue_name="orders", message_types="Shop.OrderPlaced",
+                                      match_headers={"Region": "eu"})
+    path, kwargs = filtered.serialize()
+    assert (kwargs["message_types"], kwargs["match_headers"]) == (["Shop.OrderPlaced"], {"Region": "eu"})
+    assert kwargs["allow_delete_before_stored"] is False
+    assert SqlQueueMessageTrigger(**kwargs).serialize() == (path, kwargs)
+    assert json.loads(json.dumps(kwargs)) == kwargs  # stored as JSON by Airflow
+    assert filtered.shared_stream_key() != trigger.shared_stream_key()  # a filter is part of the stream
+    with pytest.raises(ValueError, match="message_types"):
+        SqlQueueMessageTrigger(conn_id="c", queue_name="orders", message_types=["Shop.A, Shop"])
+    with pytest.raises(ValueError, match="match_headers"):
+        SqlQueueMessageTrigger(conn_id="c", queue_name="orders", match_headers={"Region": 1})
 
 
 def test_event_messages_gives_each_message_once_in_queue_order() -> None:
@@ -561,7 +674,7 @@ def test_event_trigger_wakes_on_a_send_when_the_queue_notifies(db, monkeypatch):
         pytest.skip("push wake-ups are PostgreSQL's LISTEN/NOTIFY")
     db.transport.create_queues([db.q("orders"), db.q("error")], notify=True)
     trigger = SqlQueueMessageTrigger(conn_id=airflow_conn(db, monkeypatch), queue_name=db.q("orders"),
-                                     poll_interval=600, error_queue=db.q("error"))
+                                     poll_interval=600, error_queue=db.q("error"), allow_delete_before_stored=True)
 
     payload = asyncio.run(first_event_after_a_quiet_spell(db, trigger))
     assert payload["count"] == 1 and [m["body"] for m in payload["messages"]] == ["wake"]

@@ -187,3 +187,52 @@ def test_async_wait_wakes_on_send(pg):
         assert asyncio.run(scenario()) is True
     finally:
         other.close()
+
+
+# -- SQLite: the database's files as the wake-up -----------------------------------------------------------------
+def test_a_send_wakes_a_sqlite_watcher_through_the_files(lite):
+    """A send from another connection changes the WAL: the watcher wakes within a file check, having run no query
+    meanwhile; an empty claim of its own changes nothing, so it does not wake itself."""
+    import time
+
+    t = lite.transport
+    t.create_queues(["orders", "error"])
+    wakeups = t.wakeups("orders", poll_interval=0.3, max_poll_interval=600)
+    other = SqlQueueTransport.from_url(lite.url)
+    try:
+        assert wakeups.start() is False and wakeups.watching_files  # no push: the files instead
+        t.claim("orders", 10).commit()  # the watcher's own empty look
+        started = time.monotonic()
+        assert wakeups.wait(found=False) is False  # no change: the whole (first) back-off pause passes
+        assert time.monotonic() - started >= 0.55
+        _later(0.3, lambda: other.send("orders", b"x"))
+        assert wakeups.wait(found=False) is True  # True only when woken (the pause's end returns False)
+        assert wakeups.woken == 1
+    finally:
+        wakeups.close()
+        other.close()
+
+
+def test_async_wait_on_sqlite_wakes_on_send(lite):
+    import asyncio
+
+    t = lite.transport
+    t.create_queues(["orders"])
+    other = SqlQueueTransport.from_url(lite.url)
+
+    async def scenario() -> bool:
+        wakeups = t.wakeups("orders", poll_interval=600)
+        await asyncio.to_thread(wakeups.start)
+        asyncio.get_running_loop().call_later(0.2, lambda: other.send("orders", b"x"))
+        return await asyncio.wait_for(wakeups.wait_async(found=False), 10)
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        other.close()
+
+
+def test_push_false_polls_sqlite_without_watching(lite):
+    lite.transport.create_queues(["orders"])
+    wakeups = lite.transport.wakeups("orders", poll_interval=0.5, push=False)
+    assert wakeups.start() is False and not wakeups.watching_files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime
 
@@ -11,6 +12,7 @@ from airflow.sdk import DAG, Param, task
 from airflow_sqlqueue.operators.sqlqueue import SqlQueueDrainOperator, message_from_dict
 from airflow_sqlqueue.sensors.sqlqueue import SqlQueueSensor
 
+log = logging.getLogger(__name__)
 CONN_ID = os.environ.get("SQLQUEUE_EXAMPLE_CONN_ID", "sqlqueue_default")
 
 DOC = """
@@ -57,7 +59,9 @@ with DAG(
             payload = json.loads(message.body or b"null")
         except ValueError:
             payload = None
-        print(f"message {message.id} of type {kind}: {payload!r}")
+        # ids, types and sizes at INFO; a body may hold personal data: only at DEBUG
+        log.info("message %s of type %s (%d bytes)", message.id, kind, len(message.body or b""))
+        log.debug("message %s body: %r", message.id, payload)
         return {"id": str(message.id), "type": kind}
 
     wait >> drain

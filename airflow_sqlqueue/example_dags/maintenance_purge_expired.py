@@ -23,6 +23,8 @@ receivers are never blocked for long), from every configured queue: one mapped t
   conf never adds a connection nor sets `alert_callback`).
 * **Result**: each mapped task logs and returns its queue's count; `report` logs a table and returns
   `{conn_id: {queue: purged}}`.
+* **Inbox**: `purge_inbox` deletes the rows of the inbox table (`handle_once`) older than
+  `inbox_retention_days` (default 7; `null` keeps them) on every configured connection that has one.
 * Deadlocks with receivers are logged as warnings and retried; the tasks retry twice more on other errors.
 """
 
@@ -53,4 +55,8 @@ with DAG(
     def report(results: list[dict]) -> dict:
         return tasks.purge_report(results)
 
-    report(purge.expand(target=find_queues()))
+    @task(multiple_outputs=False, trigger_rule="all_done")  # after the queues, whatever their purge did
+    def purge_inbox(params: dict | None = None) -> dict:
+        return tasks.purge_inboxes(params)
+
+    report(purge.expand(target=find_queues())) >> purge_inbox()

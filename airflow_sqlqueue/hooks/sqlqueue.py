@@ -19,6 +19,7 @@ from airflow.sdk import BaseHook
 from airflow_sqlqueue.hooks.metadata import connection_fields
 from airflow_sqlqueue.transport import SqlQueueTransport, UnsupportedConnectionError, get_dialect
 from airflow_sqlqueue.transport.dialects.connect import guard_connect, url_from_fields
+from airflow_sqlqueue.transport.operations.inbox import DEFAULT_INBOX_TABLE
 from airflow_sqlqueue.transport.operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE
 
 #: Airflow connection types the transport runs on, and the dialect of each.
@@ -39,6 +40,7 @@ class SqlQueueHook(BaseHook):
     :param endpoint: the NServiceBus endpoint name sends are made as (``NServiceBus.OriginatingEndpoint``;
         default ``$SQLQUEUE_ENDPOINT`` or ``airflow``).
     :param subscription_table: the subscription table shared with .NET endpoints (``SubscriptionRouting``).
+    :param inbox_table: the inbox (deduplication) table of ``handle_once`` (``SqlQueueInbox``).
     """
 
     conn_name_attr = "sqlqueue_conn_id"
@@ -48,7 +50,8 @@ class SqlQueueHook(BaseHook):
 
     def __init__(self, sqlqueue_conn_id: str = default_conn_name, error_queue: str = "error",
                  odbc_driver: str | None = None, forward_to: Iterable[str] = (), endpoint: str | None = None,
-                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE, **kwargs: Any) -> None:
+                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE, inbox_table: str = DEFAULT_INBOX_TABLE,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.error_queue = error_queue
@@ -56,6 +59,7 @@ class SqlQueueHook(BaseHook):
         self.forward_to = tuple(forward_to)
         self.endpoint = endpoint
         self.subscription_table = subscription_table
+        self.inbox_table = inbox_table
 
     # -- other ways to make one ------------------------------------------------------------------
     @classmethod
@@ -112,7 +116,8 @@ class SqlQueueHook(BaseHook):
         connect = guard_connect(direct or (lambda: _connect(connection, self.odbc_driver)),
                                 f"connection {connection.conn_id!r}", connection.password)
         return SqlQueueTransport(connect, dialect, error_queue=self.error_queue, forward_to=self.forward_to,
-                                 endpoint=self.endpoint, subscription_table=self.subscription_table)
+                                 endpoint=self.endpoint, subscription_table=self.subscription_table,
+                                 inbox_table=self.inbox_table)
 
     def get_transport(self) -> SqlQueueTransport:
         """The transport on this connection."""

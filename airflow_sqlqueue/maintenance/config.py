@@ -25,6 +25,7 @@ same rule: configured connections only). Format (every key optional)::
       "health_samples_table": "sqlqueue_health_samples",
       "health_samples_conn_id": null,         # null: each connection records into its own database
       "health_samples_retention_days": 30,    # null: keep every sample
+      "inbox_retention_days": 7,              # handle_once's inbox rows older than this are purged (null: kept)
       "alert_callback": "my_package.alerts.queue_health_notifier",
       "archive": {                            # the archive-failed DAG (deployment only, like alert_callback)
         "location": "s3://bucket/error-archive",   # a local directory or a URI pyarrow.fs opens
@@ -57,9 +58,12 @@ PARAM_SOURCE = "the 'config' param"
 VARIABLE_SOURCE = f"Variable {VARIABLE!r}"
 DEFAULT_SAMPLES_TABLE = "sqlqueue_health_samples"
 DEFAULT_RETENTION_DAYS = 30
+#: Days an inbox row (a message ``handle_once`` finished) is kept: a redelivery after that is handled again.
+DEFAULT_INBOX_RETENTION_DAYS = 7
 THRESHOLD_KEYS = ("max_depth", "max_age_seconds")
 _TOP_KEYS = {"connections", "thresholds", "purge_batch_size", "record_health_samples", "health_samples_table",
-             "health_samples_conn_id", "health_samples_retention_days", "alert_callback", "archive"}
+             "health_samples_conn_id", "health_samples_retention_days", "alert_callback", "archive",
+             "inbox_retention_days"}
 #: Keys only the deployment's configuration sets: importable code, where samples of every queue are written, and
 #: where (and how old) failed messages are archived to.
 DEPLOYMENT_ONLY = ("alert_callback", "health_samples_conn_id", "archive")
@@ -121,6 +125,7 @@ class MaintenanceConfig:
     health_samples_table: str = DEFAULT_SAMPLES_TABLE
     health_samples_conn_id: str | None = None
     health_samples_retention_days: float | None = DEFAULT_RETENTION_DAYS
+    inbox_retention_days: float | None = DEFAULT_INBOX_RETENTION_DAYS
     alert_callback: str | None = None
     archive: ArchiveConfig | None = None
     source: str = "default"
@@ -245,6 +250,10 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConf
     if retention is not None and not (is_number(retention) and retention > 0):
         raise MaintenanceConfigError(f"{source}: health_samples_retention_days must be a positive number of days "
                                      f"or null (keep every sample), got {retention!r}")
+    inbox_retention = raw.get("inbox_retention_days", DEFAULT_INBOX_RETENTION_DAYS)
+    if inbox_retention is not None and not (is_number(inbox_retention) and inbox_retention > 0):
+        raise MaintenanceConfigError(f"{source}: inbox_retention_days must be a positive number of days or null "
+                                     f"(keep every inbox row), got {inbox_retention!r}")
     callback = raw.get("alert_callback")
     if callback is not None and (not isinstance(callback, str) or "." not in callback.strip(".")):
         raise MaintenanceConfigError(f"{source}: alert_callback must be a dotted path 'package.module.attribute', "
@@ -257,6 +266,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> MaintenanceConf
         health_samples_table=_text(raw, "health_samples_table", source) or DEFAULT_SAMPLES_TABLE,
         health_samples_conn_id=_text(raw, "health_samples_conn_id", source),
         health_samples_retention_days=retention,
+        inbox_retention_days=inbox_retention,
         alert_callback=callback,
         archive=_archive(raw.get("archive"), f"{source}: archive"),
         source=source,

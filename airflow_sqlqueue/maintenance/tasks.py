@@ -138,6 +138,23 @@ def purge_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[s
     return {"conn_id": conn_id, "queue": queue, "purged": total}
 
 
+def purge_inboxes(params: dict[str, Any] | None) -> dict[str, int]:
+    """Delete the inbox rows (``handle_once``) older than ``inbox_retention_days`` on every configured connection
+    that has an inbox table; ``{conn_id: rows purged}``. ``inbox_retention_days: null`` keeps them."""
+    config = configuration(params)
+    days = config.inbox_retention_days
+    if days is None:
+        log.info("inbox_retention_days is null: inbox rows are kept")
+        return {}
+    batch_size = int((params or {}).get("batch_size") or config.purge_batch_size)
+    out: dict[str, int] = {}
+    for conn in config.connections:
+        with transport_for(conn.conn_id, conn.error_queue) as transport:
+            out[conn.conn_id] = transport.purge_inbox(days * 86400, batch_size=batch_size)
+    log.info("inbox rows older than %s days purged: %s", days, out)
+    return out
+
+
 def purge_report(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """The per-queue counts as a table in the log; ``{conn_id: {queue: purged}}``."""
     results = list(results)

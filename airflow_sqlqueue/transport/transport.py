@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from .common.validation import check_count
@@ -21,6 +21,7 @@ from .errorqueue.error_queue import ErrorQueue, RetrySummary
 from .errorqueue.groups import Selector
 from .errorqueue.previews import FailedFilter, FailedPreview, Position
 from .operations.drain import DrainSummary, Sink, drain
+from .operations.inbox import DEFAULT_INBOX_TABLE, Inbox
 from .operations.maintenance import check, purge_expired
 from .operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
 from .operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
@@ -66,16 +67,19 @@ class SqlQueueTransport:
         (``NServiceBus.OriginatingEndpoint`` on sends, ``NServiceBus.ProcessingEndpoint`` on error rows);
         default: the queue's table name on error rows, ``SQLQUEUE_ENDPOINT`` or ``airflow`` on sends.
     :param subscription_table: the subscription table shared with .NET endpoints (publish/subscribe).
+    :param inbox_table: the inbox (deduplication) table of consumers that handle each message once
+        (``create_inbox``, ``inbox.mark``).
     """
 
     def __init__(self, connect: Callable[[], Any], dialect: str | Dialect, *, error_queue: str = "error",
                  forward_to: Iterable[str] = (), endpoint: str | None = None,
-                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE) -> None:
+                 subscription_table: str = DEFAULT_SUBSCRIPTION_TABLE, inbox_table: str = DEFAULT_INBOX_TABLE) -> None:
         self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
         self.session = Session(connect, self.dialect)
         self.book = QueueBook(self.dialect, error_queue, forward_to, endpoint)
         self.outbox = Outbox(self.book)
         self.pubsub = PubSub(self.session, self.book, self.outbox, self.book.address(subscription_table))
+        self.inbox = Inbox(self.session, self.book.address(inbox_table))
         self.error_queue = self.book.error.address
         self._connection_limit: int | None = None
 
@@ -478,6 +482,20 @@ class SqlQueueTransport:
                       progress: Callable[[int], None] | None = None) -> int:
         """Delete expired rows in batches (by seq, each batch its own transaction); return how many."""
         return purge_expired(self.session, self.book.queue(queue), batch_size, progress)
+
+    def create_inbox(self) -> bool:
+        """Create the inbox (deduplication) table unless it exists; True when created here. See ``Inbox``."""
+        try:
+            return self.inbox.create()
+        except Exception as exc:
+            raise self.explain(exc, f"create inbox table {self.inbox.name!r}") from exc
+
+    def purge_inbox(self, older_than: float | timedelta, *, batch_size: int = DEFAULT_PURGE_BATCH,
+                    progress: Callable[[int], None] | None = None) -> int:
+        """Delete inbox rows older than ``older_than`` (seconds or a timedelta; database clock); return how many.
+        A message redelivered after its row went is handled again: keep days. No inbox table: 0."""
+        seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        return self.inbox.purge(seconds, batch_size, progress)
 
     def check(self, queue: str | QueueAddress, *, repair: bool = False) -> list[Finding]:
         """Schema and index findings for a queue; with ``repair`` fix what can be fixed and re-check."""

@@ -26,6 +26,7 @@ from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, Sql
 from airflow_sqlqueue.transport.common.redaction import describe
 from airflow_sqlqueue.transport.common.validation import check_count, is_number
 from airflow_sqlqueue.transport.operations.wakeups import Wakeups
+from airflow_sqlqueue.transport.wire.headers import ENCLOSED_MESSAGE_TYPES
 from airflow_sqlqueue.transport.wire.payload import to_payload
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,8 @@ class SqlQueueTrigger(BaseTrigger):
         try:
             transport, connection = await get_transport(self.conn_id)
             wakeups = transport.wakeups(self.queue, self.poll_interval, self.max_poll_interval)
-            if await asyncio.to_thread(wakeups.start):
-                self.log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback",
-                              self.queue, self.poll_interval)
+            await asyncio.to_thread(wakeups.start)
+            self.log.info("queue %s: this trigger is %s", self.queue, wakeups.describe())
             failures = 0
             while True:
                 try:
@@ -232,6 +232,74 @@ class RejectedBySubscriberError(SqlQueueError):
     """A trigger refused the event (``reject_shared_stream_event``); its messages go to the error queue."""
 
 
+class MessageFilteredError(SqlQueueError):
+    """A message the watcher's filter refused. It goes to the error queue with the standard failure headers: the
+    reason in ``NServiceBus.ExceptionInfo.Message`` and ``NServiceBus.ExceptionInfo.Data.Reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.data = {"Reason": reason, "RefusedBy": "SqlQueueMessageTrigger filter"}
+
+
+class UnsafeTriggerConfigurationError(SqlQueueError):
+    """A watcher configuration that could lose or misroute messages: refused before anything is claimed."""
+
+
+def enclosed_types(headers: dict[str, Any]) -> list[str]:
+    """The .NET full type names in ``NServiceBus.EnclosedMessageTypes`` (assembly parts after a comma dropped)."""
+    value = headers.get(ENCLOSED_MESSAGE_TYPES) or ""
+    return [part.split(",", 1)[0].strip() for part in str(value).split(";") if part.strip()]
+
+
+class MessageFilter:
+    """What a watcher accepts: one of ``message_types`` (matched against ``NServiceBus.EnclosedMessageTypes``, by
+    full type name) and every header of ``match_headers`` with exactly that value. None or empty: no condition."""
+
+    def __init__(self, message_types: Sequence[str] | None, match_headers: dict[str, str] | None) -> None:
+        self.message_types = tuple(message_types or ())
+        self.match_headers = dict(match_headers or {})
+
+    def __bool__(self) -> bool:
+        return bool(self.message_types or self.match_headers)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return tuple(sorted(self.message_types)), tuple(sorted(self.match_headers.items()))
+
+    def refusal(self, message: ReceivedMessage) -> str | None:
+        """Why the filter refuses the message (names the header, never its body), or None."""
+        headers = message.headers or {}
+        if self.message_types:
+            types = enclosed_types(headers)
+            if not any(t in self.message_types for t in types):
+                return (f"message type {';'.join(types) or '(no ' + ENCLOSED_MESSAGE_TYPES + ' header)'} is not one "
+                        f"of the watcher's message_types {list(self.message_types)}")
+        for name, wanted in self.match_headers.items():
+            if headers.get(name) != wanted:
+                found = "missing" if headers.get(name) is None else f"{str(headers.get(name))[:200]!r}"
+                return f"header {name!r} is {found}, the watcher's match_headers wants {wanted!r}"
+        return None
+
+
+def _check_filter(message_types: Any, match_headers: Any, owner: str) -> tuple[list[str] | None, dict | None]:
+    if isinstance(message_types, str):
+        message_types = [message_types]
+    if message_types is not None and (not isinstance(message_types, list | tuple) or not all(
+            isinstance(t, str) and t.strip() and "," not in t and ";" not in t for t in message_types)):
+        raise ValueError(f"{owner}: message_types must be a list of .NET full type names (e.g. "
+                         f"['Shop.OrderPlaced']), got {message_types!r}")
+    if match_headers is not None and (not isinstance(match_headers, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in match_headers.items())):
+        raise ValueError(f"{owner}: match_headers must be a dict of header name to the text it must equal, got "
+                         f"{match_headers!r}")
+    return (list(message_types) if message_types else None), (dict(match_headers) if match_headers else None)
+
+
+#: Filters of the watchers running in this process, by (connection, queue): two watchers of one queue with
+#: different filters would each send the other's messages to the error queue.
+_ACTIVE_FILTERS: dict[tuple[str, str], tuple[tuple[Any, ...], int]] = {}
+
+
 class ClaimedBatch:
     """The trigger's view of a core ``Claim``: up to N of the oldest rows of one queue, locked (not deleted) in one
     open transaction, emitted as one event and settled together by the outcome Airflow reports for it.
@@ -263,6 +331,16 @@ class ClaimedBatch:
         """Lock up to ``batch_size`` rows; expired rows are dropped and poison rows moved to the error queue."""
         self.claim = self.transport.claim(self.address, batch_size)
         self.messages = sorted(self.claim.messages, key=lambda m: m.seq)
+
+    def refuse(self, refused: Sequence[tuple[ReceivedMessage, str]]) -> None:
+        """Move the messages the filter refused to the error queue (when the claim commits), each with its reason;
+        the others stay in the batch."""
+        assert self.claim is not None
+        gone = set()
+        for message, reason in refused:
+            self.claim.reject(message, MessageFilteredError(reason))
+            gone.add(message.seq)
+        self.messages = [m for m in self.messages if m.seq not in gone]
 
     def keep(self, count: int) -> None:
         """Emit the first ``count`` messages; release the rest (received again by the next claim)."""
@@ -309,8 +387,13 @@ class SqlQueueStreamProducer(SharedStreamProducer):
     def __init__(self, conn_id: str, queue_name: str, batch_size: int = DEFAULT_BATCH_SIZE,
                  poll_interval: float = 2.0, error_queue: str = "error",
                  max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
-                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None) -> None:
+                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None,
+                 message_types: Sequence[str] | None = None, match_headers: dict[str, str] | None = None,
+                 allow_delete_before_stored: bool = False) -> None:
         self.conn_id = conn_id
+        self.filter = MessageFilter(message_types, match_headers)
+        self.allow_delete_before_stored = allow_delete_before_stored
+        self._registered: tuple[str, str] | None = None
         self.queue_name = queue_name
         self.batch_size = batch_size
         self.poll_interval = poll_interval
@@ -330,12 +413,12 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
         address = self.transport.address(self.queue_name)
         name = self.transport.name(address)
+        await asyncio.to_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
         loop = asyncio.get_running_loop()
         failures = 0
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
-        if await asyncio.to_thread(wakeups.start):  # before the first claim: no send is missed in between
-            log.info("queue %s wakes this trigger on each send (LISTEN); polling every %.1f s as fallback", name,
-                     self.poll_interval)
+        await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
+        log.info("queue %s: this trigger is %s", name, wakeups.describe())
         try:
             while not self._closing:
                 wait = self._last_event + self.event_interval - loop.time()
@@ -356,6 +439,13 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                                 MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
                     await asyncio.sleep(self.poll_interval)
                     continue
+                if self.filter and claim.messages:
+                    refused = [(m, r) for m in claim.messages if (r := self.filter.refusal(m)) is not None]
+                    if refused:
+                        await asyncio.to_thread(claim.refuse, refused)
+                        log.info("queue %s: %d messages refused by the filter, moved to %s", name, len(refused),
+                                 self.error_queue)
+                        metrics.incr("trigger_refused", self.conn_id, name, len(refused))
                 if not claim.messages:
                     await asyncio.to_thread(claim.commit)  # keeps the drops of expired and poison rows
                     self._claim = None
@@ -388,6 +478,43 @@ class SqlQueueStreamProducer(SharedStreamProducer):
             if claim is not None:
                 await asyncio.to_thread(claim.abandon)
             await asyncio.to_thread(wakeups.close)
+            self._unregister()
+
+    def check_startup(self, name: str) -> None:
+        """Refuse, before anything is claimed, a configuration that could lose or misroute messages: an error
+        queue that is the watched queue or does not exist (refused and unreadable messages have nowhere to go), or
+        a second watcher of the same queue in this triggerer with another filter (each would move the other's
+        messages to the error queue). Blocks: run it in a thread."""
+        transport = self.transport
+        assert transport is not None
+        error = transport.name(self.error_queue)
+        if error == name:
+            raise UnsafeTriggerConfigurationError(
+                f"watcher of {name}: error_queue is the watched queue itself; refused messages would come back "
+                "forever. Give another error_queue (default 'error')")
+        if not transport.exists(self.error_queue):
+            raise UnsafeTriggerConfigurationError(
+                f"watcher of {name}: the error queue {error} does not exist; refused and unreadable messages would "
+                f"have nowhere to go, so nothing is claimed. Create it (`sqlqueue create {error}`) or name an "
+                "existing one in error_queue")
+        key = (self.conn_id, name)
+        known = _ACTIVE_FILTERS.get(key)
+        if known is not None and known[0] != self.filter.key:
+            raise UnsafeTriggerConfigurationError(
+                f"watcher of {name}: another watcher of the same queue runs with another filter (message_types, "
+                "match_headers); each would move the other's messages to the error queue. Give every watcher of a "
+                "queue the same filter, or route each message type to a queue of its own")
+        _ACTIVE_FILTERS[key] = (self.filter.key, (known[1] if known else 0) + 1)
+        self._registered = key
+
+    def _unregister(self) -> None:
+        key, self._registered = self._registered, None
+        if key is not None and key in _ACTIVE_FILTERS:
+            filter_key, count = _ACTIVE_FILTERS[key]
+            if count <= 1:
+                del _ACTIVE_FILTERS[key]
+            else:
+                _ACTIVE_FILTERS[key] = (filter_key, count - 1)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         claim = self._claim
@@ -401,6 +528,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
 
     async def aclose(self) -> None:
         self._closing = True
+        self._unregister()
         claim, self._claim = self._claim, None
         if claim is not None:
             await asyncio.to_thread(claim.abandon)
@@ -442,13 +570,26 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     :param max_poll_interval: the longest pause between polls while the queue stays empty (idle back-off;
         default 4 x ``poll_interval``). On a PostgreSQL queue with the wake-up trigger (``notify=True``) a send
         wakes the trigger at once and ``poll_interval`` is only the fallback period.
+    :param message_types: accept only messages whose ``NServiceBus.EnclosedMessageTypes`` names one of these
+        .NET full type names; the others go to ``error_queue`` with the reason (None: every type).
+    :param match_headers: accept only messages whose headers have exactly these values; the others go to
+        ``error_queue`` with the reason (None: no condition).
+    :param allow_delete_before_stored: let ``run()`` (outside the triggerer's ack mode) delete a batch as soon as
+        its event was taken, before Airflow stored it: a triggerer crash then loses that batch. Refused by default.
+
+    Refused at start-up, before anything is claimed: an ``error_queue`` that does not exist or is the watched
+    queue, and two watchers of one queue in one triggerer with different filters.
     """
 
     def __init__(self, conn_id: str, queue_name: str, batch_size: int = DEFAULT_BATCH_SIZE,
                  poll_interval: float = 2.0, error_queue: str = "error",
                  max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
-                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None) -> None:
+                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None,
+                 message_types: Sequence[str] | None = None, match_headers: dict[str, str] | None = None,
+                 allow_delete_before_stored: bool = False) -> None:
         super().__init__()
+        self.message_types, self.match_headers = _check_filter(message_types, match_headers, type(self).__name__)
+        self.allow_delete_before_stored = bool(allow_delete_before_stored)
         check_count(batch_size, "batch_size")
         check_count(max_event_bytes, "max_event_bytes")
         if not is_number(event_interval) or event_interval < 0:
@@ -469,10 +610,13 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
                 {"conn_id": self.conn_id, "queue_name": self.queue_name, "batch_size": self.batch_size,
                  "poll_interval": self.poll_interval, "error_queue": self.error_queue,
                  "max_body_bytes": self.max_body_bytes, "event_interval": self.event_interval,
-                 "max_event_bytes": self.max_event_bytes, "max_poll_interval": self.max_poll_interval})
+                 "max_event_bytes": self.max_event_bytes, "max_poll_interval": self.max_poll_interval,
+                 "message_types": self.message_types, "match_headers": self.match_headers,
+                 "allow_delete_before_stored": self.allow_delete_before_stored})
 
     def shared_stream_key(self) -> Hashable | None:
-        return ("airflow_sqlqueue", self.conn_id, self.queue_name, self.error_queue)
+        return ("airflow_sqlqueue", self.conn_id, self.queue_name, self.error_queue,
+                MessageFilter(self.message_types, self.match_headers).key)
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SqlQueueStreamProducer:
@@ -483,7 +627,14 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
             yield MessagesEvent(raw_event)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Fallback outside ack mode: a batch is deleted once the triggerer took its event (not stored)."""
+        """Fallback outside ack mode: a batch is deleted once the triggerer took its event (not stored), so a crash
+        can lose it; refused unless ``allow_delete_before_stored``."""
+        if not self.allow_delete_before_stored:
+            raise UnsafeTriggerConfigurationError(
+                f"{type(self).__name__} on {self.queue_name!r} was run outside the triggerer's ack mode (run() "
+                "instead of the shared stream): a batch would be deleted before Airflow stored its event, and a crash "
+                "would lose it. Run it in an AssetWatcher on Airflow 3.3 or later, or pass "
+                "allow_delete_before_stored=True to accept that")
         producer = self.create_shared_stream_producer(self.serialize()[1])
         try:
             async with aclosing(producer.open_stream()) as stream:

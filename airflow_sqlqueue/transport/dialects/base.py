@@ -81,6 +81,12 @@ class Dialect:
     loose_types: bool = False
     #: Push wake-ups (LISTEN/NOTIFY) can be installed and listened for; others poll.
     supports_notify: bool = False
+    #: Whether a write shows in the database's files (SQLite): a watcher can stat them instead of querying.
+    supports_file_watch: bool = False
+
+    def database_files(self, cursor: Any) -> list[str]:
+        """The files a write to this database changes (SQLite: the database and its WAL), or [] when unknown."""
+        return []
     notify_ddl: tuple[str, ...] = ()
     #: Most receivers at once where the database has no connection limit to ask (SQLite), else None.
     receiver_cap: int | None = None
@@ -134,7 +140,8 @@ class Dialect:
     def _make_identifiers(self, address: QueueAddress) -> dict[str, str]:
         delayed = self.delayed_address(address)
         ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed),
-               "table": self.qualified(address)}  # statements about a table that is not a queue (subscriptions)
+               "table": self.qualified(address),  # statements about a table that is not a queue (subscriptions)
+               "inbox_index": self.quote(f"{address.table}_processed_ix")}  # the inbox table's retention index
         for kind in self.index_kinds:
             ids[kind + "_index"] = self.quote(self.index_name(address, kind))
         return ids

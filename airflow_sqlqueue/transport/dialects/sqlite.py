@@ -122,6 +122,12 @@ class SqliteDialect(Dialect):
             self.execute(cursor, "delete_by_seq", {"seq": seq}, **delayed_ids)
         return len(due)
 
+    supports_file_watch = True
+
+    def database_files(self, cursor: Any) -> list[str]:
+        path = self.scalar(cursor, "database_file")
+        return [str(path), f"{path}-wal"] if path else []
+
     def table_exists(self, cursor: Any, address: QueueAddress) -> bool:
         return bool(self.scalar(cursor, "table_exists", {"table_name": address.table}))
 

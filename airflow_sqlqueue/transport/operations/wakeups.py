@@ -1,18 +1,23 @@
-"""Waiting for the next message on a queue: push wake-ups on PostgreSQL, polling with an idle back-off elsewhere.
+"""Waiting for the next message on a queue: push wake-ups on PostgreSQL, file watching on SQLite, polling elsewhere.
 
 On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or
 ``enable_notifications``) that sends one ``NOTIFY sqlqueue`` per inserting statement, at commit, whoever the
 sender is (.NET endpoints included: what they write is unchanged). A watcher that finds the trigger listens and
-wakes as soon as a message is committed; it still polls every ``poll_interval`` in case a notification is lost
-(a dropped connection, a sender that bypasses the table's triggers). Without the trigger, and on SQL Server and
-SQLite, the watcher polls: at ``poll_interval`` while messages come, doubling after each empty poll up to
-``max_poll_interval`` while the queue is idle.
+wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
+the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and looks
+at the queue when they changed (a write to another table of the same file wakes it too: one extra look).
+
+Every watcher still polls, in case a wake-up is missed (a dropped connection, a sender that bypasses the table's
+triggers, a file system that does not update times): at ``poll_interval`` after a look that found messages,
+doubling after each empty look up to ``max_poll_interval`` while the queue is idle. Push and file watching cut
+the latency, not the idle load: an idle watcher runs the same number of queries as a polling one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
@@ -23,6 +28,22 @@ from ..tables.session import Session, close_quietly
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two looks at a SQLite database's files (a stat each: no query, no lock).
+FILE_CHECK_INTERVAL = 0.2
+
+
+def _signature(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    """What changes when a transaction commits into these files: modification time, size and inode of each."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(out)
+
 
 class Wakeups:
     """Tells a watcher of one queue when to look again. Not thread-safe: one watcher, one ``Wakeups``.
@@ -30,7 +51,8 @@ class Wakeups:
     :param poll_interval: seconds between polls while messages arrive (and the fallback period with push).
     :param max_poll_interval: the longest pause while the queue stays empty (default: 4 x ``poll_interval``);
         equal to ``poll_interval`` for no back-off.
-    :param push: listen for wake-ups when the queue has the trigger (PostgreSQL); False always polls.
+    :param push: listen for wake-ups when the queue has the trigger (PostgreSQL), watch the database's files
+        (SQLite); False always polls.
     """
 
     def __init__(self, session: Session, queue: TableQueue, poll_interval: float,
@@ -46,6 +68,9 @@ class Wakeups:
         self.queue = queue
         self.dialect = session.dialect
         self._want_push = push and self.dialect.supports_notify
+        self._want_files = push and self.dialect.supports_file_watch
+        self._files: list[str] = []
+        self._seen: tuple[Any, ...] = ()
         self._listener: Any = None
         self._pause = self.poll_interval
         self._checked = False
@@ -57,11 +82,18 @@ class Wakeups:
         """Whether this watcher is listening for wake-ups now."""
         return self._listener is not None
 
+    @property
+    def watching_files(self) -> bool:
+        """Whether this watcher wakes when the database's files change (SQLite)."""
+        return bool(self._files)
+
     # -- setup -----------------------------------------------------------------------------------
     def start(self) -> bool:
         """Listen when the queue has its wake-up trigger (call before the first poll, so no wake-up is missed
         between that poll and the first wait). Returns whether push is on. Blocks: run it in a thread."""
         self._checked = True
+        if self._want_files and not self._files:
+            self._watch_files()
         if not self._want_push or self._listener is not None:
             return self.push
         address = self.queue.address
@@ -82,6 +114,37 @@ class Wakeups:
                         first_line(exc))
         return self.push
 
+    def _watch_files(self) -> None:
+        try:
+            files = self.session.run(self.dialect.database_files, what="database files", read_only=True)
+        except Exception as exc:  # noqa: BLE001 - an optimisation: poll instead, say why
+            log.warning("file wake-ups for %s are off, polling: %s", self.queue.name, first_line(exc))
+            return
+        if files and os.path.exists(files[0]):
+            self._files = files
+            self._seen = _signature(files)
+
+    def changed(self) -> bool:
+        """Whether the watched files changed since the last look (and remember them as seen)."""
+        now = _signature(self._files)
+        if now == self._seen:
+            return False
+        self._seen = now
+        return True
+
+    def describe(self) -> str:
+        """How this watcher learns of new messages, for one log line (call after ``start``)."""
+        fallback = (f"every {self.poll_interval:g} s after messages, backing off to {self.max_poll_interval:g} s "
+                    "while idle")
+        if self.push:
+            return f"woken on each send (LISTEN), with a fallback poll {fallback}"
+        if self._files:
+            return (f"woken when the database's files change (checked every {FILE_CHECK_INTERVAL:g} s without a "
+                    f"query), with a fallback poll {fallback}")
+        hint = (" (install the wake-up trigger to be woken on each send: `sqlqueue create QUEUE --notify` or "
+                "transport.enable_notifications)") if self._want_push else ""
+        return f"polling {fallback}{hint}"
+
     def close(self) -> None:
         """Stop listening (the connection is closed)."""
         listener, self._listener = self._listener, None
@@ -97,15 +160,25 @@ class Wakeups:
     def wait(self, found: bool) -> bool:
         """Block until it is time to poll again; True when a wake-up for this queue came first.
 
-        With push, returns on the first wake-up or after ``poll_interval``; without, sleeps the back-off.
+        Returns on the first wake-up (push, or a change of the watched files) or after the back-off pause.
         """
         if not self._checked:
             self.start()
         listener = self._listener
+        pause = self.next_pause(found)
         if listener is None:
-            time.sleep(self.next_pause(found))
+            if not self._files:
+                time.sleep(pause)
+                return False
+            deadline = time.monotonic() + pause
+            while (left := deadline - time.monotonic()) > 0:
+                if self.changed():
+                    self.woken += 1
+                    return True
+                time.sleep(min(FILE_CHECK_INTERVAL, left))
+            self.changed()
             return False
-        deadline = time.monotonic() + self.poll_interval
+        deadline = time.monotonic() + pause
         while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
             try:
                 payloads = self.dialect.notifications(listener, left)
@@ -125,8 +198,19 @@ class Wakeups:
         """``wait`` for an event loop: sleeps on the loop while polling, waits in a thread while listening."""
         if not self._checked:
             await asyncio.to_thread(self.start)
-        if self._listener is None:
-            await asyncio.sleep(self.next_pause(found))
+        if self._listener is not None:
+            return await asyncio.to_thread(self.wait, found)
+        pause = self.next_pause(found)
+        if not self._files:
+            await asyncio.sleep(pause)
             return False
-        return await asyncio.to_thread(self.wait, found)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + pause
+        while (left := deadline - loop.time()) > 0:
+            if self.changed():  # a stat or two: cheap enough for the event loop
+                self.woken += 1
+                return True
+            await asyncio.sleep(min(FILE_CHECK_INTERVAL, left))
+        self.changed()
+        return False
 

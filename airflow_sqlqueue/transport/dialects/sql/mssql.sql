@@ -434,6 +434,33 @@ SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
 -- Every subscription, by topic.
 SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
 
+-- create_inbox_table --
+-- The inbox (deduplication) table: one row per (Consumer, MessageId) a consumer finished, written in the same transaction as the consumer's own work (as NServiceBus's outbox records handled messages). Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {table} (
+    Consumer nvarchar(200) NOT NULL,
+    MessageId nvarchar(200) NOT NULL,
+    ProcessedAt datetime2 NOT NULL DEFAULT SYSUTCDATETIME(),
+    PRIMARY KEY (Consumer, MessageId)
+)
+
+-- create_inbox_index --
+-- Index used by the inbox's retention purge (run right after the table was created).
+CREATE NONCLUSTERED INDEX {inbox_index} ON {table} (ProcessedAt)
+
+-- inbox_mark --
+-- Record one message as handled by a consumer; inserts nothing (rowcount 0) when a committed transaction already did. The key-range lock makes a concurrent insert of the same key wait for this transaction's outcome.
+INSERT INTO {table} (Consumer, MessageId)
+SELECT %(consumer)s, %(message_id)s
+WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) WHERE Consumer = %(consumer)s AND MessageId = %(message_id)s)
+
+-- inbox_handled --
+-- Whether a consumer already handled one message (1 or 0).
+SELECT COUNT(*) FROM {table} WHERE Consumer = %(consumer)s AND MessageId = %(message_id)s
+
+-- purge_inbox --
+-- Delete up to %(batch_size)s inbox rows older than %(older_than_s)s seconds (database clock).
+DELETE TOP (%(batch_size)s) FROM {table} WHERE ProcessedAt < DATEADD(second, -%(older_than_s)s, SYSUTCDATETIME())
+
 -- count_rows --
 -- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
 SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)

@@ -358,6 +358,36 @@ SELECT DISTINCT queueaddress FROM {table} WHERE topic = %(topic)s
 -- Every subscription, by topic.
 SELECT queueaddress, endpoint, topic FROM {table} ORDER BY topic, endpoint
 
+-- create_inbox_table --
+-- The inbox (deduplication) table: one row per (consumer, message Id) a consumer finished, written in the same
+-- transaction as the consumer's own work (as NServiceBus's outbox records handled messages). An airflow-sqlqueue extra.
+CREATE TABLE IF NOT EXISTS {table} (
+    consumer varchar(200) NOT NULL,
+    message_id varchar(200) NOT NULL,
+    processed_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'utc'),
+    PRIMARY KEY (consumer, message_id)
+)
+
+-- create_inbox_index --
+-- Index used by the inbox's retention purge.
+CREATE INDEX IF NOT EXISTS {inbox_index} ON {table} (processed_at)
+
+-- inbox_mark --
+-- Record one message as handled by a consumer; inserts nothing (rowcount 0) when a committed transaction already
+-- did. A concurrent uncommitted insert of the same key makes this wait for its outcome.
+INSERT INTO {table} (consumer, message_id) VALUES (%(consumer)s, %(message_id)s) ON CONFLICT DO NOTHING
+
+-- inbox_handled --
+-- Whether a consumer already handled one message (1 or 0).
+SELECT count(*) FROM {table} WHERE consumer = %(consumer)s AND message_id = %(message_id)s
+
+-- purge_inbox --
+-- Delete up to %(batch_size)s inbox rows older than %(older_than_s)s seconds (database clock).
+DELETE FROM {table} WHERE (consumer, message_id) IN (
+    SELECT consumer, message_id FROM {table}
+    WHERE processed_at < (now() AT TIME ZONE 'utc') - %(older_than_s)s * interval '1 second'
+    LIMIT %(batch_size)s)
+
 -- count_rows --
 -- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
 SELECT count(*) FROM {queue}

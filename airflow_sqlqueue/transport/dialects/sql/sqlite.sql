@@ -7,6 +7,10 @@
 -- 1 when the table exists.
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = %(table_name)s
 
+-- database_file --
+-- The main database's file (empty for an in-memory database): what a watcher stats for wake-ups without queries.
+SELECT file FROM pragma_database_list WHERE name = 'main'
+
 -- object_named --
 -- What holds a name (tables and indexes share one namespace): its type and, for an index, its table.
 SELECT type, tbl_name FROM sqlite_master WHERE name = %(name)s COLLATE NOCASE
@@ -209,6 +213,35 @@ SELECT DISTINCT QueueAddress FROM {table} WHERE Topic = %(topic)s
 -- list_subscriptions --
 -- Every subscription, by topic.
 SELECT QueueAddress, Endpoint, Topic FROM {table} ORDER BY Topic, Endpoint
+
+-- create_inbox_table --
+-- The inbox (deduplication) table: one row per (consumer, message Id) a consumer finished, written in the same
+-- transaction as the consumer's own work (as NServiceBus's outbox records handled messages). Times are UTC text.
+CREATE TABLE IF NOT EXISTS {table} (
+    Consumer varchar(200) NOT NULL,
+    MessageId varchar(200) NOT NULL,
+    ProcessedAt text NOT NULL DEFAULT (strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')),
+    PRIMARY KEY (Consumer, MessageId)
+)
+
+-- create_inbox_index --
+-- Index used by the inbox's retention purge.
+CREATE INDEX IF NOT EXISTS {inbox_index} ON {table} (ProcessedAt)
+
+-- inbox_mark --
+-- Record one message as handled by a consumer; inserts nothing (rowcount 0) when a committed transaction already did.
+INSERT INTO {table} (Consumer, MessageId) VALUES (%(consumer)s, %(message_id)s) ON CONFLICT DO NOTHING
+
+-- inbox_handled --
+-- Whether a consumer already handled one message (1 or 0).
+SELECT count(*) FROM {table} WHERE Consumer = %(consumer)s AND MessageId = %(message_id)s
+
+-- purge_inbox --
+-- Delete up to %(batch_size)s inbox rows older than %(older_than_s)s seconds (database clock).
+DELETE FROM {table} WHERE rowid IN (
+    SELECT rowid FROM {table}
+    WHERE julianday(ProcessedAt) < julianday('now') - %(older_than_s)s / 86400.0
+    LIMIT %(batch_size)s)
 
 -- count_rows --
 -- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).

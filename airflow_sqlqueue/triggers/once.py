@@ -1,0 +1,142 @@
+"""Handle each message of an event-driven DAG run once, whatever crashes delivered it twice.
+
+``SqlQueueMessageTrigger`` delivers every message at least once: a triggerer that dies after Airflow stored an
+event, before the batch's delete committed, emits the batch again and a second DAG run gets the same messages
+(same ``id``). ``handle_once(context, handler)`` hands ``handler`` only the messages no earlier successful
+attempt of the same consumer finished, and records each one in the inbox table (``SqlQueueInbox``, in the queue's
+database) in the same transaction as the handler's own writes through ``once.cursor`` / ``once.send``.
+
+The guarantee:
+
+- Writes the handler makes on ``once.cursor`` (or sends with ``once.send``) commit together with the inbox row:
+  a message's effects are in the queue's database exactly once per consumer, across crashes, retries and
+  re-runs, as long as the inbox row is kept (``purge_inbox`` retention).
+- A handler that fails (an exception, a killed worker) commits nothing: its messages, and the rest of its
+  transaction, are handled again by the next attempt (task retry, a cleared run, or a run that carries the
+  same events). At-least-once is kept.
+- Writes the handler makes ELSEWHERE (another database, an HTTP call, a file) are not in that transaction: they
+  are at-least-once. If the worker dies after such a write and before the commit, the message is handled
+  again. Make those writes idempotent by the message ``id`` (or keep them in the queue's database).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+from airflow_sqlqueue.transport.common.validation import check_count
+from airflow_sqlqueue.transport.operations.inbox import DEFAULT_INBOX_TABLE, check_key
+from airflow_sqlqueue.triggers.sqlqueue import event_messages
+
+log = logging.getLogger(__name__)
+
+#: Messages handled in one transaction by default.
+DEFAULT_ONCE_BATCH = 50
+
+
+@dataclass
+class Once:
+    """What a ``handle_once`` handler gets besides the message: the open transaction it shares with the inbox.
+
+    :param cursor: a DB-API cursor in the transaction that records the message as handled.
+    :param transport: the queue transport (its ``send(..., cursor=once.cursor)`` joins the transaction).
+    :param consumer: the name the inbox records the message under.
+    """
+
+    cursor: Any
+    transport: SqlQueueTransport
+    consumer: str
+
+    def send(self, queue: str, message: OutgoingMessage | bytes | str) -> uuid.UUID:
+        """Send a message in the same transaction (it leaves only if the message counts as handled)."""
+        return self.transport.send(queue, message, cursor=self.cursor)
+
+
+@dataclass
+class OnceSummary:
+    """How many messages ``handle_once`` gave the handler, and how many an earlier attempt had finished."""
+
+    handled: int = 0
+    skipped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def default_consumer(context: Any) -> str:
+    """``<dag_id>.<task_id>``: each task of each DAG handles each message once."""
+    ti = context.get("ti") or context.get("task_instance")
+    if ti is None:
+        raise ValueError("handle_once: the context has no task instance; pass consumer=... (a stable name)")
+    return f"{ti.dag_id}.{ti.task_id}"
+
+
+def handle_once(context: Any, handler: Callable[[dict[str, Any], Once], Any], *,
+                conn_id: str = SqlQueueHook.default_conn_name, consumer: str | None = None,
+                queue: str | None = None, batch_size: int = DEFAULT_ONCE_BATCH,
+                inbox_table: str = DEFAULT_INBOX_TABLE, create_inbox: bool = True,
+                messages: Iterable[dict[str, Any]] | None = None) -> dict[str, int]:
+    """Call ``handler(message, once)`` for each message of the run that ``consumer`` did not finish before.
+
+    Messages come from ``event_messages(context, queue)`` (queue order, each ``id`` once) unless ``messages`` is
+    given. They are handled in transactions of ``batch_size`` messages on the queue's database: for each, the
+    inbox row is written first (a message a committed transaction already recorded is skipped), then the handler
+    runs; the transaction commits when the batch is done. A handler exception rolls its batch back (earlier
+    batches stay committed) and is raised: the task fails, and the next attempt handles what was not committed.
+
+    Keep handlers short: the transaction is open while they run (on SQLite it holds the database's write lock,
+    so senders wait). Returns ``{"handled": n, "skipped": m}``.
+
+    :param context: the task's context.
+    :param handler: ``handler(message, once)``; write through ``once.cursor`` or ``once.send`` to make the writes
+        part of the transaction that marks the message handled.
+    :param conn_id: the queue's connection (the inbox lives in that database).
+    :param consumer: the name messages are recorded under (default ``<dag_id>.<task_id>``); two consumers each
+        handle every message once.
+    :param queue: only the messages of this queue.
+    :param batch_size: messages per transaction.
+    :param inbox_table: the inbox table's address (default ``SqlQueueInbox``).
+    :param create_inbox: create the inbox table when it is missing (False: a DBA created it; see ``Inbox.ddl``).
+    :param messages: the messages to handle (default: the run's asset events).
+    """
+    if not callable(handler):
+        raise TypeError(f"handle_once: handler must be callable as handler(message, once), got {handler!r}")
+    check_count(batch_size, "batch_size")
+    consumer = check_key(consumer if consumer is not None else default_consumer(context), "consumer")
+    items = event_messages(context, queue) if messages is None else list(messages)
+    summary = OnceSummary()
+    if not items:
+        return summary.as_dict()
+    hook = SqlQueueHook(conn_id, inbox_table=inbox_table)
+    try:
+        transport = hook.transport
+        if create_inbox:
+            transport.create_inbox()
+        inbox = transport.inbox
+        for start in range(0, len(items), batch_size):
+            chunk = items[start:start + batch_size]
+
+            def work(cur: Any, chunk: list[dict[str, Any]] = chunk) -> tuple[int, int]:
+                once = Once(cur, transport, consumer)
+                handled = skipped = 0
+                for message in chunk:
+                    if inbox.mark(cur, consumer, str(message["id"])):
+                        handler(message, once)
+                        handled += 1
+                    else:
+                        skipped += 1
+                return handled, skipped
+
+            handled, skipped = transport.run(work, what=f"handle messages once as {consumer!r}")
+            summary.handled += handled
+            summary.skipped += skipped
+    finally:
+        hook.close()
+    log.info("%s: handled %d messages, skipped %d an earlier attempt had handled", consumer, summary.handled,
+             summary.skipped)
+    return summary.as_dict()

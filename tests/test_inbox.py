@@ -1,0 +1,183 @@
+"""The inbox: each message handled once per consumer, recorded in the consumer's own transaction.
+
+Core tests on SQLite and PostgreSQL, then ``dag.test()`` runs of ``tests/dags/sqlqueue_inbox_once.py`` whose DAG
+runs get asset events attached as the scheduler attaches them (``consumed_asset_events``), carrying the payloads
+``SqlQueueMessageTrigger`` emits for real messages: the same messages in two runs (a triggerer that re-emitted a
+batch after a crash) are handled once, counted per id; a run that fails mid-way leaves the rest for the next run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from airflow_sqlqueue.transport import InvalidMessageError, QueueNotFoundError
+from airflow_sqlqueue.triggers.sqlqueue import batch_payload, message_payload
+from tests import airflow_env
+from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
+from tests.conftest import Db
+
+DAG_FILE = "sqlqueue_inbox_once.py"
+CONN_ID = "sqlqueue_inbox"
+
+
+def _inbox(db: Db) -> str:
+    return db.q("SqlQueueInbox")
+
+
+# -- core ---------------------------------------------------------------------------------------------
+def test_mark_counts_once_per_consumer_and_only_when_committed(db: Db) -> None:
+    transport = db.new_transport(inbox_table=_inbox(db))
+    with pytest.raises(QueueNotFoundError, match="create_inbox"):
+        transport.run(lambda cur: transport.inbox.mark(cur, "c", "m1"))
+    assert transport.create_inbox() is True
+    assert transport.create_inbox() is False
+    inbox = transport.inbox
+    assert transport.run(lambda cur: inbox.mark(cur, "c", "m1")) is True
+    assert transport.run(lambda cur: inbox.mark(cur, "c", "m1")) is False
+    assert transport.run(lambda cur: inbox.mark(cur, "other", "m1")) is True  # another consumer handles it too
+
+    def fails(cur: Any) -> None:
+        assert inbox.mark(cur, "c", "m2") is True
+        raise RuntimeError("handler failed")
+
+    with pytest.raises(RuntimeError):
+        transport.run(fails)
+    assert inbox.handled("c", "m2") is False  # rolled back: the next attempt handles it
+    assert transport.run(lambda cur: inbox.mark(cur, "c", "m2")) is True
+    assert inbox.handled("c", "m2") is True
+    with pytest.raises(InvalidMessageError, match="consumer"):
+        transport.run(lambda cur: inbox.mark(cur, "", "m3"))
+    with pytest.raises(InvalidMessageError, match="200"):
+        transport.run(lambda cur: inbox.mark(cur, "c", "x" * 201))
+    transport.close()
+
+
+def test_purge_keeps_the_retention_period(db: Db) -> None:
+    transport = db.new_transport(inbox_table=_inbox(db))
+    assert transport.purge_inbox(0) == 0  # no table yet: nothing to purge, nothing created
+    transport.create_inbox()
+    for i in range(7):
+        transport.run(lambda cur, i=i: transport.inbox.mark(cur, "c", f"m{i}"))
+    assert transport.purge_inbox(3600) == 0  # all younger than an hour
+    time.sleep(1.1)
+    assert transport.purge_inbox(1, batch_size=3) == 7
+    assert not transport.inbox.handled("c", "m0")
+    with pytest.raises(ValueError, match="older_than"):
+        transport.purge_inbox(-1)
+    transport.close()
+
+
+def test_a_concurrent_mark_waits_for_the_first_transaction(db: Db) -> None:
+    """Two attempts on the same message at once: the second waits, and skips it once the first committed."""
+    first = db.new_transport(inbox_table=_inbox(db))
+    second = db.new_transport(inbox_table=_inbox(db))
+    first.create_inbox()
+    results: dict[str, bool] = {}
+    marked = threading.Event()
+
+    def slow(cur: Any) -> None:
+        results["first"] = first.inbox.mark(cur, "c", "m")
+        marked.set()
+        time.sleep(0.5)
+
+    thread = threading.Thread(target=lambda: first.run(slow))
+    thread.start()
+    marked.wait(5)
+    results["second"] = second.run(lambda cur: second.inbox.mark(cur, "c", "m"))
+    thread.join()
+    assert results == {"first": True, "second": False}
+    first.close()
+    second.close()
+
+
+# -- DAG runs ------------------------------------------------------------------------------------------
+def _events(db: Db, queue: str, count: int, per_event: int) -> list[dict[str, Any]]:
+    """Payloads of events for ``count`` real messages, as the trigger builds them (claimed, then released)."""
+    transport = db.transport
+    transport.send_many(queue, [f"body {i}" for i in range(count)])
+    with transport.claim(queue, count) as claim:
+        messages = sorted(claim.messages, key=lambda m: m.seq)
+        for message in messages:
+            claim.release(message)
+    items = [message_payload(m) for m in messages]
+    return [batch_payload(transport.name(queue), items[i:i + per_event]) for i in range(0, len(items), per_event)]
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], conf: dict[str, Any]) -> Any:
+    """One ``dag.test()`` run with ``events`` attached as its triggering asset events."""
+    from airflow.models import dagrun
+    from airflow.models.asset import AssetEvent, AssetModel
+    from sqlalchemy import select
+
+    original = dagrun.get_or_create_dagrun
+
+    def with_events(**kwargs: Any) -> Any:
+        run = original(**kwargs)
+        session = kwargs["session"]
+        asset = session.scalar(select(AssetModel).where(AssetModel.uri == "sqlqueue-inbox-once-events"))
+        for payload in events:
+            event = AssetEvent(asset_id=asset.id, extra={"payload": payload})
+            session.add(event)
+            session.flush()
+            run.consumed_asset_events.append(event)
+        session.commit()
+        return run
+
+    dag = airflow_env.load_dag("sqlqueue_inbox_once", DAG_FILE)
+    with monkeypatch.context() as patch:
+        patch.setattr(dagrun, "get_or_create_dagrun", with_events)
+        return dag.test(run_conf=conf)
+
+
+def _done(db: Db, queue: str) -> Counter:
+    received = []
+    while batch := db.transport.receive(queue, 500):
+        received.extend(batch)
+    return Counter((m.body or b"").decode() for m in received)
+
+
+@pytest.fixture
+def consumer_db(db: Db) -> dict[str, Any]:
+    db.transport.create_queues([db.q("events"), db.q("done"), db.q("error")])
+    if db.kind == "sqlite":
+        airflow_env.sqlite_connection(CONN_ID, db.url[len("sqlite:///"):])
+    else:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(db.url)
+        airflow_env.set_connection(CONN_ID, {"conn_type": "postgres", "host": parts.hostname, "port": parts.port,
+                                             "login": parts.username, "schema": parts.path.lstrip("/")})
+    return {"conn_id": CONN_ID, "done_queue": db.q("done"), "inbox_table": _inbox(db)}
+
+
+def test_the_same_messages_in_two_runs_are_handled_once(airflow_db, db: Db, consumer_db,  # noqa: F811
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _events(db, db.q("events"), 30, per_event=10)
+    ids = [m["id"] for e in events for m in e["messages"]]
+    first = _run(monkeypatch, events[:2], consumer_db)
+    assert first.state == "success"
+    # The triggerer died after the second event was stored: it is emitted again, with the third batch.
+    second = _run(monkeypatch, [events[1], events[2]], consumer_db)
+    assert second.state == "success"
+    assert airflow_env.xcom_value(second, "handle") == {"handled": 10, "skipped": 10}
+    done = _done(db, db.q("done"))
+    assert done == Counter(ids)  # every id exactly once
+    assert set(done.values()) == {1}
+
+
+def test_a_run_that_fails_midway_leaves_the_rest_for_the_next(airflow_db, db: Db, consumer_db,  # noqa: F811
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _events(db, db.q("events"), 12, per_event=12)
+    ids = [m["id"] for m in events[0]["messages"]]
+    failed = _run(monkeypatch, events, {**consumer_db, "batch_size": 4, "fail_at": ids[6]})
+    assert failed.state == "failed"
+    assert _done(db, db.q("done")) == Counter(ids[:4])  # the first batch committed; the second rolled back
+    again = _run(monkeypatch, events, {**consumer_db, "batch_size": 4})
+    assert again.state == "success"
+    assert airflow_env.xcom_value(again, "handle") == {"handled": 8, "skipped": 4}
+    assert _done(db, db.q("done")) == Counter(ids[4:])
