@@ -1,8 +1,8 @@
 """The databases a run measures: a SQLite file in a temp dir, and a schema of its own on PostgreSQL.
 
-Also what the baselines need by hand: a connection configured as the provider configures its own, the
-provider's statements (the same SQL text) and those of ``bench/sql/<dialect>.sql`` with their identifiers quoted,
-and the backlog fill.
+Also what the baselines need by hand: a connection set up by hand (WAL and a busy timeout on SQLite; READ
+COMMITTED, in autocommit or not, on PostgreSQL), the hand loops' own statements of ``bench/sql/<dialect>.sql``
+with their identifiers quoted (no statement of the provider's), and the backlog fill.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
-from airflow_sqlqueue.transport.dialects.sqlfile import Statement, load_statements, parse_statements
+from airflow_sqlqueue.transport.dialects.sqlfile import Statement, parse_statements
 
 #: The PostgreSQL database of a run (``--pg-url`` overrides it).
 DEFAULT_PG_URL = os.environ.get("SQLQUEUE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -42,16 +42,11 @@ def outgoing(count: int) -> list[OutgoingMessage]:
     return [OutgoingMessage(body=BODY, headers=HEADERS) for _ in range(count)]
 
 
-#: The provider's statements the baselines run, taken as they stand in the provider's ``.sql`` files.
-SHARED = ("send", "send_many", "receive_batch", "lock_batch", "delete_by_seqs", "peek")
-
-
 @cache
 def _statements(dialect: str) -> dict[str, Statement]:
-    """The bench's own statements, and the provider's that the baselines run (the same text: they cannot drift)."""
-    own = parse_statements((SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
-    provider = load_statements(f"{dialect}.sql")
-    return {**own, **{name: provider[name] for name in SHARED if name in provider}}
+    """The bench's own statements: the hand loops' SQL and the setup (parsed by the provider's reader of named
+    statements, the only provider code the baselines touch, and only before the clock starts)."""
+    return parse_statements((SQL_DIR / f"{dialect}.sql").read_text(encoding="utf-8"))
 
 
 def quote(name: str) -> str:
@@ -100,8 +95,10 @@ class BenchDb:
         return SqlQueueTransport.from_url(self.url, error_queue=self.address("error"))
 
     # -- the baseline's side (no provider code) ------------------------------------------------------
-    def connect(self) -> Any:
-        """A connection set up by hand as the provider sets up its own (WAL + busy timeout; READ COMMITTED)."""
+    def connect(self, autocommit: bool = False) -> Any:
+        """A connection set up by hand: SQLite in WAL with a busy timeout, no implicit transactions (each statement
+        commits on its own unless ``begin`` opened one); PostgreSQL at READ COMMITTED, in ``autocommit`` (each
+        statement is its own transaction: one round trip) or not (psycopg begins implicitly)."""
         if self.dialect == "sqlite":
             conn = sqlite3.connect(self.url[len("sqlite:///"):], timeout=60, isolation_level=None,
                                    check_same_thread=False)
@@ -110,7 +107,7 @@ class BenchDb:
             return conn
         import psycopg
 
-        conn = psycopg.connect(self.url, autocommit=False)
+        conn = psycopg.connect(self.url, autocommit=autocommit)
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         return conn
 

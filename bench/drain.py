@@ -41,18 +41,20 @@ def provider_process(db: BenchDb, concurrency: int) -> Callable[[], int]:
 
 
 def baseline_batch(db: BenchDb, queue: str, conn: Any) -> Callable[[], int]:
-    """One batch by hand on ``conn``: lock a batch (SKIP LOCKED), parse each row's headers and call the handler,
-    delete the batch by key, commit; returns the rows it took."""
-    lock, delete = db.sql("lock_batch", queue), db.sql("delete_by_seqs", queue)
+    """One batch by hand on ``conn`` (not in autocommit): in one transaction, DELETE ... RETURNING a batch (SKIP
+    LOCKED), parse each row's headers and call the handler (expired rows dropped), commit. A handler that raises
+    rolls the batch back: every row returns, as the provider's pump guarantees. Returns the rows it took."""
+    take = db.sql("receive", queue)
     cur = conn.cursor()
+    params = {"batch_size": BATCH}
+    loads = json.loads
 
     def batch() -> int:
         db.begin(cur)
-        rows = cur.execute(lock, {"batch_size": BATCH}).fetchall()
+        rows = cur.execute(take, params).fetchall()
         for row in rows:
-            noop(row, json.loads(row[3]))
-        if rows:
-            cur.execute(delete, {"seqs": db.seqs([row[1] for row in rows])})
+            if not row[2]:
+                noop(row, loads(row[3]))
         conn.commit()
         return len(rows)
 
@@ -129,7 +131,7 @@ def baseline_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) ->
     batch's file, commit."""
     import pyarrow.parquet  # noqa: F401 - imported now, not on the clock
 
-    receive = db.sql("receive_batch", queue)
+    receive = db.sql("receive", queue)
 
     def work() -> int:
         directory.mkdir(parents=True, exist_ok=True)
@@ -139,13 +141,14 @@ def baseline_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) ->
             cur = conn.cursor()
             while True:
                 db.begin(cur)
-                rows = cur.execute(receive, {"batch_size": batch}).fetchall()
+                taken = cur.execute(receive, {"batch_size": batch}).fetchall()
+                rows = [row for row in taken if not row[2]]  # expired: dropped
                 for row in rows:
                     json.loads(row[3])
                 if rows:
                     write_parquet_by_hand(rows, db.address(queue), directory)
                 conn.commit()
-                if not rows:
+                if not taken:
                     return done
                 done += len(rows)
         finally:

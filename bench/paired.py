@@ -1,15 +1,19 @@
-"""Paired batches: the provider's batch and the loop by hand, alternated one batch at a time on one backlog.
+"""Paired batches: the provider's batch and the loop by hand, alternated one batch at a time on one table.
 
 A whole run per contestant (``python -m bench``) carries the drift of a shared machine between the runs; here the
 two take turns batch by batch on the same table, so what differs is their own work. Reported per message: wall
 time, the client's CPU time (``time.thread_time``: the driver and Python, not the server), and the ratio.
 
-    .venv/bin/python -m bench.paired --case receive --dialect postgres
+    .venv/bin/python -m bench.paired --case send --batch 1 --dialect postgres
+    .venv/bin/python -m bench.paired --case receive --batch 100 --dialect postgres
     .venv/bin/python -m bench.paired --case drain --dialect sqlite --messages 40000
 
-``receive`` pairs ``transport.receive(q, 100)`` with the receive baseline's batch; ``drain`` pairs one batch of
-the handler pump (no-op handler, the operator's default mode) with the drain baseline's lock, handle, delete,
-commit. One receiver: concurrency is what ``python -m bench`` measures.
+``send`` pairs ``transport.send(q, m)`` (``--batch 1``) or ``transport.send_many(q, batch)`` with the send
+baseline (one autocommit INSERT; a batch in one statement) into one empty queue; ``receive`` pairs
+``transport.receive(q, batch)`` with the receive baseline (one autocommit DELETE ... RETURNING) on one backlog;
+``drain`` pairs one batch of the handler pump (no-op handler, the operator's default mode) with the drain
+baseline's DELETE ... RETURNING, handle, commit (batches of 100, the operator's default). One sender or receiver:
+concurrency is what ``python -m bench`` measures.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from contextlib import closing
 from typing import Any
 
-from .databases import DEFAULT_PG_URL, BenchDb
+from .databases import DEFAULT_PG_URL, BenchDb, outgoing
 from .drain import BATCH, baseline_batch, noop
 from .receive import baseline_receive_batch
+from .send import baseline_sender
 from .sizes import Sizes
 
 
@@ -48,21 +52,57 @@ class Tally:
         return self.wall / n * 1e6, self.cpu / n * 1e6
 
 
-def receive_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Callable[[], int], Callable[[], int]]:
-    """The provider's batched receive (its list held until the next, as a caller holds it) and the receive
-    baseline's batch."""
+Pair = tuple[Callable[[], int], Callable[[], int]]
+
+
+def send_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+              opened: list[Any]) -> Pair:
+    """The provider's send (one message) or send_many, and the send baseline's; each sends half of ``messages``
+    (then returns 0)."""
+    address = db.address(queue)
+    conn = db.connect(autocommit=True)
+    opened.append(conn)
+    ready = outgoing(messages // 2)
+    left = {"provider": messages // 2, "baseline": messages // 2}
+    send = baseline_sender(db, conn, queue, batch)
+
+    def provider() -> int:
+        n = min(batch, left["provider"])
+        if n == 1:
+            transport.send(address, ready[left["provider"] - 1])
+        elif n:
+            start = left["provider"] - n
+            transport.send_many(address, ready[start:start + n])
+        left["provider"] -= n
+        return n
+
+    def baseline() -> int:
+        n = min(batch, left["baseline"])
+        if n:
+            send(n)
+        left["baseline"] -= n
+        return n
+
+    return provider, baseline
+
+
+def receive_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+                 opened: list[Any]) -> Pair:
+    """The provider's receive (its list held until the next, as a caller holds it) and the receive baseline's."""
     address = db.address(queue)
     held: list[Any] = []
 
     def provider() -> int:
-        held[:] = transport.receive(address, BATCH)
+        held[:] = transport.receive(address, batch)
         return len(held)
 
-    return provider, baseline_receive_batch(db, queue, conn, BATCH)
+    opened.append(db.connect(autocommit=True))
+    return provider, baseline_receive_batch(db, queue, opened[-1], batch)
 
 
-def drain_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Callable[[], int], Callable[[], int]]:
-    """One batch of the handler pump and one of the drain baseline."""
+def drain_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+               opened: list[Any]) -> Pair:
+    """One batch of the handler pump and one of the drain baseline (always batches of ``BATCH``)."""
     from airflow_sqlqueue.transport.processing.summaries import ProcessSummary
 
     pump = transport.pump(db.address(queue), noop, batch_size=BATCH)
@@ -72,34 +112,47 @@ def drain_pair(db: BenchDb, transport: Any, queue: str, conn: Any) -> tuple[Call
         pump.strategy.batch(BATCH, part)
         return part.deliveries
 
-    return provider, baseline_batch(db, queue, conn)
+    opened.append(db.connect())
+    return provider, baseline_batch(db, queue, opened[-1])
 
 
-PAIRS = {"receive": receive_pair, "drain": drain_pair}
+PAIRS = {"send": send_pair, "receive": receive_pair, "drain": drain_pair}
 
 
-def run(case: str, dialect: str, messages: int, pg_url: str) -> dict[str, Any]:
-    """Fill one backlog, take it in alternating batches, return the figures."""
+def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH) -> dict[str, Any]:
+    """Fill one backlog (not for ``send``), take turns in batches until one finds nothing left, return the
+    figures."""
     db = BenchDb.open(dialect, pg_url)
     queue = f"bench_paired_{case}"
+    if case == "drain":
+        batch = BATCH
+    opened: list[Any] = []
     try:
-        with db.transport() as transport, closing(db.connect()) as conn:
+        with db.transport() as transport:
             db.reset(queue)
-            db.fill(queue, messages)
+            if case != "send":
+                db.fill(queue, messages)
             db.settle()
-            provider, baseline = PAIRS[case](db, transport, queue, conn)
+            provider, baseline = PAIRS[case](db, transport, queue, batch, messages, opened)
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0
-            while True:  # until one of them finds the queue empty
-                tally, batch = turns[turn % 2]
-                if not tally.timed(batch):
+            while True:  # until one of them finds nothing left to do
+                tally, step = turns[turn % 2]
+                if not tally.timed(step):
                     break
                 turn += 1
+        [(left,)] = db.execute("count", queue)
+        expected = sum(t.messages for t in tallies.values()) if case == "send" else 0
+        if left != expected or (case != "send" and sum(t.messages for t in tallies.values()) != messages):
+            raise AssertionError(f"{case}: {left} rows left in the queue, {expected} expected; "
+                                 f"{ {who: t.messages for who, t in tallies.items()} } counted")
     finally:
+        for conn in opened:
+            conn.close()
         db.close()
     (p_wall, p_cpu), (b_wall, b_cpu) = tallies["provider"].per_message(), tallies["baseline"].per_message()
-    return {"case": case, "dialect": dialect, "messages": messages,
+    return {"case": case, "dialect": dialect, "messages": messages, "batch": batch,
             "taken": {who: tally.messages for who, tally in tallies.items()},
             "provider_us": p_wall, "provider_cpu_us": p_cpu, "baseline_us": b_wall, "baseline_cpu_us": b_cpu,
             "ratio": b_wall / p_wall if p_wall else 0.0}
@@ -109,11 +162,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.paired", description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=sorted(PAIRS), default="drain")
     parser.add_argument("--dialect", choices=("sqlite", "postgres"), default="postgres")
+    parser.add_argument("--batch", type=int, default=BATCH, help="messages a call (send, receive; drain: 100)")
     parser.add_argument("--messages", type=int, default=2 * Sizes().messages)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     args = parser.parse_args(argv)
-    r = run(args.case, args.dialect, args.messages, args.pg_url)
-    print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {BATCH}, one receiver: "
+    r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch)
+    print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {r['batch']}, one client: "
           f"provider {r['provider_us']:.1f} µs a message (client CPU {r['provider_cpu_us']:.1f}), "
           f"baseline {r['baseline_us']:.1f} (client CPU {r['baseline_cpu_us']:.1f}): {r['ratio']:.2f}x")
 

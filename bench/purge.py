@@ -26,7 +26,7 @@ def provider_purge(db: BenchDb) -> Callable[[], int]:
 
 
 def baseline_delete_by_key(db: BenchDb, keys: list[int]) -> Callable[[], int]:
-    sql = db.sql("delete_by_seqs", QUEUE)
+    sql = db.sql("delete", QUEUE)
 
     def work() -> int:
         conn = db.connect()

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The three contestants of a case. ``baseline`` is the floor: the same statements by hand, same driver.
+#: The three contestants of a case. ``baseline`` is the floor: the fastest plain code for the same job (its own
+#: SQL in bench/sql, the same driver, no provider code).
 PROVIDER, BASELINE, PEER = "provider", "baseline", "peer"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from .databases import BODY, HEADERS, BenchDb, outgoing
 from .peer import Pgqueuer
@@ -31,35 +32,46 @@ def provider_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
     return work
 
 
-def baseline_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
-    """The same INSERTs by hand: one per transaction, or one statement per batch (executemany on SQLite).
+def baseline_sender(db: BenchDb, conn: Any, queue: str, batch: int) -> Callable[[int], int]:
+    """The fastest plain send on ``conn`` (made with ``db.connect(autocommit=True)``): ``send(n)`` writes ``n``
+    messages in one round trip and commits them.
 
-    Like any sender, it makes each message's Id and Headers JSON (one ``json.dumps``; no validation).
+    One message: one autocommit INSERT. A batch on PostgreSQL: one autocommit INSERT ... SELECT FROM unnest of
+    binary arrays; on SQLite: BEGIN IMMEDIATE, executemany, COMMIT (autocommit would commit each row). Like any
+    sender it makes each message's Id and Headers JSON (one ``json.dumps``; no validation).
     """
-    one = db.sql("send", QUEUE)
-    many = db.sql("send_many", QUEUE) if db.dialect == "postgres" else one
+    one = db.sql("send", queue)
+    many = db.sql("send_many", queue) if db.dialect == "postgres" else one
+    cur = conn.cursor()
+    dumps, uuid4 = json.dumps, uuid.uuid4
 
     def headers() -> str:
-        return json.dumps(HEADERS, separators=(",", ":"))
+        return dumps(HEADERS, separators=(",", ":"))
 
-    def params() -> dict:
-        return {"id": str(uuid.uuid4()), "ttbr_ms": None, "headers": headers(), "body": BODY}
+    def send(n: int) -> int:
+        if n == 1:
+            cur.execute(one, {"id": str(uuid4()), "headers": headers(), "body": BODY})
+        elif db.dialect == "postgres":
+            cur.execute(many, {"ids": [str(uuid4()) for _ in range(n)], "headers": [headers() for _ in range(n)],
+                               "bodies": [BODY] * n})
+        else:
+            cur.execute("BEGIN IMMEDIATE")
+            cur.executemany(many, [{"id": str(uuid4()), "headers": headers(), "body": BODY} for _ in range(n)])
+            cur.execute("COMMIT")
+        return n
+
+    return send
+
+
+def baseline_send(db: BenchDb, count: int, batch: int) -> Callable[[], int]:
+    """``baseline_sender`` for ``count`` messages, ``batch`` at a time, on one connection."""
 
     def work() -> int:
-        conn = db.connect()
+        conn = db.connect(autocommit=True)
         try:
-            cur = conn.cursor()
+            send = baseline_sender(db, conn, QUEUE, batch)
             for start in range(0, count, batch):
-                n = min(batch, count - start)
-                db.begin(cur)
-                if n == 1:
-                    cur.execute(one, params())
-                elif db.dialect == "postgres":
-                    cur.execute(many, {"ids": [str(uuid.uuid4()) for _ in range(n)], "ttbr_ms": [None] * n,
-                                       "headers": [headers() for _ in range(n)], "bodies": [BODY] * n})
-                else:
-                    cur.executemany(many, [params() for _ in range(n)])
-                conn.commit()
+                send(min(batch, count - start))
         finally:
             conn.close()
         return count

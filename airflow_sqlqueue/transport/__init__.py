@@ -9,6 +9,7 @@ from .common.errors import (
     InvalidMessageError,
     PermissionDeniedError,
     QueueNotFoundError,
+    SendOutcomeUnknownError,
     SqlQueueError,
     UnsupportedConnectionError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "ReceivedBatch",
     "QueueNotFoundError",
     "ReceivedMessage",
+    "SendOutcomeUnknownError",
     "SqlQueueError",
     "SqlQueueTransport",
     "Subscription",

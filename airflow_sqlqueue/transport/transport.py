@@ -212,11 +212,21 @@ class SqlQueueTransport:
 
     def send_many(self, queue: str | QueueAddress, messages: Iterable[OutgoingMessage | bytes | str], *,
                   endpoint: str | QueueAddress | None = None, cursor: Any = None) -> list[uuid.UUID]:
-        """Send a batch: immediate messages in one statement (one round trip), delayed ones to the store."""
+        """Send a batch: immediate messages in one statement (one round trip), delayed ones to the store.
+
+        Outside a transaction of yours (no ``cursor``), a send that is one statement (one message; on PostgreSQL
+        any batch of immediate messages) runs in autocommit: one round trip. Should the connection be lost once
+        that statement left, nobody knows whether it was stored: ``SendOutcomeUnknownError`` (with the native Ids)
+        is raised, and nothing is retried (a retry could store the messages twice).
+        """
         prepared = self.outbox.prepare(queue, messages, endpoint=endpoint)
         if cursor is not None:
             return self.outbox.write(cursor, prepared)
-        return self.run(lambda cur: self.outbox.write(cur, prepared), what=f"send to {prepared.queue.name!r}")
+        what = f"send to {prepared.queue.name!r}"
+        if self.outbox.one_statement(prepared):  # its own transaction: one round trip, no BEGIN or COMMIT
+            return self.session.run_once(lambda cur: self.outbox.write(cur, prepared), what=what,
+                                         unknown=lambda exc: self.outbox.outcome_unknown(prepared, exc))
+        return self.run(lambda cur: self.outbox.write(cur, prepared), what=what)
 
     # -- publish / subscribe -----------------------------------------------------------------------
     def create_subscription_table(self) -> bool:

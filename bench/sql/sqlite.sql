@@ -1,8 +1,31 @@
--- What the raw-SQL baselines on SQLite need besides the provider's own statements: the backlog fill, the
--- key list of the purge baseline, dropping a queue, VACUUM. The baselines run the provider's statements
--- (send, receive_batch, lock_batch, delete_by_seqs, peek) as they stand in
--- airflow_sqlqueue/transport/dialects/sql/sqlite.sql: the same text, run by hand with the driver, no provider code.
+-- The hand loops' own SQL on SQLite: what a programmer who owns the table writes with sqlite3, and the bench's
+-- setup statements. None of it is the provider's: the provider's statements are in
+-- airflow_sqlqueue/transport/dialects/sql/sqlite.sql and no baseline runs them.
 -- %(name)s is a parameter, {queue} the quoted table.
+
+-- send --
+-- One message, in autocommit (one statement, its own transaction). No TTBR given, so no Expires.
+INSERT INTO {queue} (id, headers, body) VALUES (%(id)s, %(headers)s, %(body)s)
+
+-- receive --
+-- Take up to %(batch_size)s of the oldest rows (one statement: autocommit, or inside the caller's BEGIN
+-- IMMEDIATE); each row says whether it expired (Expires as the provider and NServiceBus write it: text that
+-- sorts as time; the loop drops those).
+DELETE FROM {queue}
+WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
+RETURNING id, seq, expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS expired, headers, body
+
+-- delete --
+-- Delete rows by key (%(seqs)s: a JSON array of integers).
+DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
+
+-- peek --
+-- Depth: newest minus oldest key + 1 (each end its own subquery: both ends of the rowid).
+SELECT COALESCE((SELECT max(seq) FROM {queue}) - (SELECT min(seq) FROM {queue}) + 1, 0)
+
+-- count --
+-- Rows in the table (the paired run checks that every message was sent, or taken; not timed).
+SELECT count(*) FROM {queue}
 
 -- expired_keys --
 -- Keys of the expired rows (collected before the purge baseline, not timed).

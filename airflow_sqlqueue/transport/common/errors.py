@@ -39,6 +39,22 @@ class DatabaseConnectionError(SqlQueueError):
     """The database could not be reached (the message is free of secrets)."""
 
 
+class OutcomeUnknownError(SqlQueueError):
+    """The connection was lost after a statement that commits by itself was sent: the database may or may not
+    have applied it. Nothing retried it (a retry could apply it twice)."""
+
+
+class SendOutcomeUnknownError(OutcomeUnknownError):
+    """A send outside any transaction of the caller's lost its connection after the statement left: the messages
+    may or may not be in the queue. ``ids`` are their native Ids (look them up, or accept a possible duplicate,
+    before sending again); ``queue`` is the destination."""
+
+    def __init__(self, message: str, ids: list | None = None, queue: str = "") -> None:
+        super().__init__(message)
+        self.ids = list(ids or [])
+        self.queue = queue
+
+
 class RejectedMessageError(SqlQueueError):
     """A consumer refused a message (e.g. an Airflow trigger's ``reject``): it goes to the error queue."""
 

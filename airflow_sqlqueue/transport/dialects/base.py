@@ -90,6 +90,12 @@ class Dialect:
     notify_ddl: tuple[str, ...] = ()
     #: Most receivers at once where the database has no connection limit to ask (SQLite), else None.
     receiver_cap: int | None = None
+    #: One statement outside a transaction commits by itself (autocommit): a one-statement send is one round trip.
+    autocommit_statements: bool = False
+    #: A batch of sends is one statement (``send_many``), so it may run in autocommit too (else a transaction).
+    send_many_is_one_statement: bool = False
+    #: The database is across a network: a connection lost after a statement left leaves its outcome unknown.
+    remote: bool = True
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
@@ -262,6 +268,10 @@ class Dialect:
 
     def begin(self, cursor: Any, read_only: bool = False) -> None:
         """Start a transaction where the driver does not start one implicitly."""
+
+    def autocommit(self, connection: Any, on: bool) -> None:
+        """Turn a pooled connection's autocommit on (for one statement that commits by itself) or back off.
+        Only called where ``autocommit_statements`` is set."""
 
     @contextmanager
     def transaction(self, connection: Any, read_only: bool = False) -> Iterator[Any]:

@@ -72,6 +72,9 @@ class PostgresDialect(Dialect):
                    "delayed store, its id column): PostgreSQL requires an UPDATE right for the row locks of FOR "
                    "UPDATE SKIP LOCKED")
 
+    autocommit_statements = True
+    send_many_is_one_statement = True
+
     def __init__(self, paramstyle: str = "pyformat") -> None:
         super().__init__(paramstyle)
         self._current_delayed: set[str] = set()  # delayed stores known to have the current shape
@@ -141,6 +144,11 @@ class PostgresDialect(Dialect):
             pass
         if hasattr(connection, "set_session"):  # psycopg2
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
+
+    def autocommit(self, connection: Any, on: bool) -> None:
+        """psycopg 3 and psycopg2 alike: an attribute, set while no transaction is open (no round trip)."""
+        if connection.autocommit != on:
+            connection.autocommit = on
 
     def create_queue(self, connection: Any, address: QueueAddress, delayed: bool) -> None:
         """Create idempotently; a .NET endpoint creating the same table at the same moment is tolerated (its

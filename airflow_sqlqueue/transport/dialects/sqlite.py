@@ -27,6 +27,9 @@ class SqliteDialect(Dialect):
     loose_types = True
     #: One writer at a time: more receivers than this only queue for the write lock (and hold threads).
     receiver_cap = 64
+    #: Without BEGIN a statement is its own transaction (the connection's isolation_level is None).
+    autocommit_statements = True
+    remote = False
 
     def __init__(self, paramstyle: str = "named") -> None:
         super().__init__(paramstyle)

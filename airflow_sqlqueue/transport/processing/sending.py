@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..common.errors import SendOutcomeUnknownError
+from ..common.redaction import first_line
 from ..tables.queue import QueueBook, TableQueue
 from ..wire import headers as h
 from ..wire.ids import id_stream
@@ -115,6 +117,28 @@ class Outbox:
         if prepared.delayed:
             self.dialect.executemany(cursor, "send_delayed", prepared.delayed, **prepared.store.ids)
         return prepared.ids
+
+    def one_statement(self, prepared: PreparedSend) -> bool:
+        """Whether ``write`` runs exactly one statement for ``prepared`` on a database where such a statement
+        may run in autocommit (one message, or one batch where ``send_many`` is one statement)."""
+        if not self.dialect.autocommit_statements:
+            return False
+        rows, delayed = len(prepared.rows), len(prepared.delayed)
+        if delayed:
+            return rows == 0 and delayed == 1
+        return rows == 1 or (rows > 1 and self.dialect.send_many_is_one_statement)
+
+    def outcome_unknown(self, prepared: PreparedSend, exc: BaseException) -> SendOutcomeUnknownError:
+        """The error of a one-statement send whose connection was lost after the statement left."""
+        count = len(prepared.rows) + len(prepared.delayed)
+        ids = ", ".join(map(str, prepared.ids[:5])) + (", ..." if len(prepared.ids) > 5 else "")
+        return SendOutcomeUnknownError(
+            f"the connection was lost while sending {count} message(s) to {prepared.queue.name!r} "
+            f"({first_line(exc)}): they may or may not be in the queue, and were not sent again (that could send "
+            f"them twice). " + (f"Look for the native Id(s) {ids} in the queue (a receiver may have taken them "
+                                "already) or accept a possible duplicate before sending again"
+                                if prepared.ids else "Check the delayed store before sending again"),
+            prepared.ids, prepared.queue.name)
 
     def write_delayed_copy(self, cursor: Any, queue: TableQueue, headers: dict[str, str | None], body: bytes | None,
                            seconds: float) -> None:

@@ -270,6 +270,50 @@ class Session:
                 raise
             raise explained from exc
 
+    def run_once(self, work: Callable[[Any], T], *, what: str = "",
+                 unknown: Callable[[BaseException], Exception] | None = None) -> T:
+        """Run ``work(cursor)``, which must run ONE statement, in autocommit: the statement is its own transaction
+        (one round trip, no BEGIN or COMMIT). Only where ``dialect.autocommit_statements`` is set.
+
+        A deadlock or lock timeout failed the statement on the server (nothing was applied): retried as ``run``
+        retries it. A connection lost once the statement may have left leaves its outcome unknown: never retried,
+        ``unknown(exc)`` is raised (on a remote database; SQLite runs in the process and knows). Other driver
+        errors are explained as ``run`` explains them.
+        """
+
+        def attempt() -> T:
+            gate = self._gate
+            if gate is not None and not gate.enter():
+                gate = None  # this thread's own write is open: the database decides
+            try:
+                connection = self.checkout()
+                cursor = None
+                try:
+                    cursor = self._cursor(connection)
+                    self.dialect.autocommit(connection, True)
+                    result = work(cursor)
+                    self.dialect.autocommit(connection, False)
+                except BaseException as exc:
+                    self.checkin(connection, isinstance(exc, Exception) and not self.dialect.is_connection_lost(exc)
+                                 and _autocommit_off(self.dialect, connection))
+                    raise
+            finally:
+                if gate is not None:
+                    gate.leave()
+            self.release_cursor(connection, cursor)
+            self.checkin(connection)
+            return result
+
+        try:
+            return self.retry.call(attempt, what)
+        except Exception as exc:
+            if unknown is not None and self.dialect.remote and self.dialect.is_connection_lost(exc):
+                raise unknown(exc) from exc
+            explained = self.explain(exc, what)
+            if explained is exc:
+                raise
+            raise explained from exc
+
     def explain(self, exc: Exception, what: str) -> Exception:
         """A clear error for a driver error whose meaning is known (missing table, missing right), else ``exc``."""
         if isinstance(exc, SqlQueueError | InvalidMessageError):
@@ -355,6 +399,16 @@ def _rolled_back(connection: Any) -> bool:
         return True
     except Exception:  # noqa: BLE001 - the connection may be gone; the caller's error is what matters
         log.debug("rollback failed; the connection is discarded", exc_info=True)
+        return False
+
+
+def _autocommit_off(dialect: Dialect, connection: Any) -> bool:
+    """Give a connection its transactions back after a failed autocommit statement; False when it cannot."""
+    try:
+        dialect.autocommit(connection, False)
+        return True
+    except Exception:  # noqa: BLE001 - the connection may be gone: it is closed, not pooled
+        log.debug("turning autocommit off failed; the connection is discarded", exc_info=True)
         return False
 
 

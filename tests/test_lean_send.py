@@ -1,0 +1,153 @@
+"""A send outside any transaction of the caller's is one autocommit statement: one round trip on PostgreSQL (seen in
+libpq's protocol trace), one statement and no BEGIN/COMMIT on SQLite (seen in sqlite3's trace); a connection lost
+once that statement left raises ``SendOutcomeUnknownError`` and sends nothing twice."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sqlqueue.transport import OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
+from tests.conftest import _PG_SKIP, PG_URL, Db
+
+pg_only = pytest.mark.skipif(_PG_SKIP is not None, reason=str(_PG_SKIP))
+
+
+class PgTrace:
+    """psycopg connections made for a transport, whose protocol messages can be traced."""
+
+    def __init__(self) -> None:
+        self.connections: list[Any] = []
+        self.file = tempfile.TemporaryFile()
+
+    def connect(self) -> Any:
+        import psycopg
+
+        connection = psycopg.connect(PG_URL)
+        self.connections.append(connection)
+        return connection
+
+    def start(self) -> None:
+        import psycopg
+
+        for connection in self.connections:
+            connection.pgconn.trace(self.file.fileno())
+            connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+
+    def lines(self) -> list[str]:
+        for connection in self.connections:
+            connection.pgconn.untrace()
+        self.file.seek(0)
+        return self.file.read().decode().splitlines()
+
+
+def _pg_transport(db: Db, trace: PgTrace) -> SqlQueueTransport:
+    return SqlQueueTransport(trace.connect, "postgres", error_queue=db.q("error"))
+
+
+def _count(db: Db, queue: str) -> int:
+    table = f'"{db.schema}"."{queue}"' if db.schema else f'"{queue}"'
+    return db.sql(f"SELECT count(*) FROM {table}")[0][0]  # noqa: S608 - test table
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_send_outside_a_transaction_is_one_round_trip_on_postgres(db: Db, count: int) -> None:
+    db.transport.create_queue(db.q("orders"))
+    trace = PgTrace()
+    with _pg_transport(db, trace) as transport:
+        transport.send(db.q("orders"), b"warm-up")  # the connection is made and configured
+        trace.start()
+        ids = transport.send_many(db.q("orders"), [OutgoingMessage(body=b"m%d" % i) for i in range(count)])
+        lines = trace.lines()
+    waits = [line for line in lines if line.startswith("B") and "ReadyForQuery" in line]
+    assert len(waits) == 1, lines
+    assert not any('"BEGIN"' in line or '"COMMIT"' in line for line in lines), lines
+    assert waits[0].rstrip().endswith("I")  # idle afterwards: the statement committed by itself
+    assert len(ids) == count and _count(db, "orders") == count + 1
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_send_inside_a_claim_still_commits_with_the_claim(db: Db) -> None:
+    """A send given the caller's cursor runs in the caller's transaction: rolled back with it."""
+    db.transport.create_queues([db.q("orders"), db.q("replies")])
+    db.transport.send(db.q("orders"), b"in")
+    with pytest.raises(RuntimeError), db.transport.claim(db.q("orders")) as claim:
+        db.transport.send(db.q("replies"), b"out", cursor=claim.cursor)
+        raise RuntimeError("the handler fails")
+    assert _count(db, "replies") == 0 and _count(db, "orders") == 1
+
+
+def test_a_send_on_sqlite_is_one_statement_without_begin(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    statements: list[str] = []
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(path, check_same_thread=False)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    with SqlQueueTransport(connect, "sqlite") as transport:
+        transport.create_queues(["orders", "error"])
+        transport.send("orders", b"warm-up")
+        statements.clear()
+        transport.send("orders", b"one")
+        assert len(statements) == 1 and statements[0].lstrip().upper().startswith("INSERT"), statements
+        statements.clear()
+        transport.send_many("orders", [b"a", b"b"])  # executemany: a transaction, so the batch is atomic
+        assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT", statements
+        assert [bytes(m.body) for m in transport.receive("orders", 10)] == [b"warm-up", b"one", b"a", b"b"]
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_lost_connection_after_the_send_left_raises_outcome_unknown_and_sends_nothing_twice(db: Db) -> None:
+    """The send's INSERT waits behind a lock; its backend is terminated meanwhile: the client cannot know whether
+    the row went in, so it says so (with the Id) instead of retrying into a duplicate."""
+    import psycopg
+
+    queue = db.q("orders")
+    db.transport.create_queue(queue)
+    app = "sqlqueue-lost-" + uuid.uuid4().hex[:8]
+    transport = SqlQueueTransport(lambda: psycopg.connect(PG_URL, application_name=app), "postgres",
+                                  error_queue=db.q("error"))
+    locker = psycopg.connect(PG_URL)
+    try:
+        locker.execute(f"LOCK TABLE {queue} IN ACCESS EXCLUSIVE MODE")  # noqa: S608 - test table
+        outcome: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                transport.send(queue, b"maybe")
+            except BaseException as exc:  # noqa: BLE001 - inspected below
+                outcome.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        deadline = time.monotonic() + 10
+        killed = 0
+        while not killed and time.monotonic() < deadline:
+            killed = db.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s "
+                            "AND wait_event_type = 'Lock'", (app,))[0][0]
+            time.sleep(0.05)
+        sender.join(10)
+        assert killed == 1
+        locker.rollback()
+        [error] = outcome
+        assert isinstance(error, SendOutcomeUnknownError), repr(error)
+        assert len(error.ids) == 1 and str(error.ids[0]) in str(error) and "orders" in error.queue
+        assert _count(db, "orders") == 0  # not stored (the lock held it), and not sent again
+        transport.send(queue, b"next")  # the lost connection was not pooled again
+        assert [bytes(m.body) for m in transport.receive(queue, 10)] == [b"next"]
+    finally:
+        locker.close()
+        transport.close()
