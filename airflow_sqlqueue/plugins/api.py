@@ -34,6 +34,7 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 
@@ -48,6 +49,7 @@ from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_edit
+from .texts import MAX_SEQ, Text
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
@@ -59,15 +61,15 @@ MAX_PAGE = 500
 class Chosen(BaseModel):
     """One failed message by position and native Id, as a page lists it."""
 
-    seq: int = Field(ge=1, le=2**63 - 1)
-    id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=1, le=MAX_SEQ)
+    id: Text = Field(min_length=1, max_length=100)
 
 
 class Edit(BaseModel):
     """An edited copy of one failed message: new headers and/or a new body (text; None keeps the original)."""
 
-    seq: int = Field(ge=1, le=2**63 - 1)
-    id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=1, le=MAX_SEQ)
+    id: Text = Field(min_length=1, max_length=100)
     headers: dict[str, str | None] | None = None
     body: str | None = Field(default=None, max_length=10_000_000)
 
@@ -76,20 +78,20 @@ class BatchRetryRequest(BaseModel):
     """A batched retry as the page asks for it: positions or a group filter, the plan, redirects (values only)."""
 
     positions: list[Chosen] = Field(default_factory=list, max_length=MAX_SELECTED)
-    failed_q: str | None = Field(default=None, max_length=500)
-    exception_type: str | None = Field(default=None, max_length=500)
-    message_type: str | None = Field(default=None, max_length=500)
+    failed_q: Text | None = Field(default=None, max_length=500)
+    exception_type: Text | None = Field(default=None, max_length=500)
+    message_type: Text | None = Field(default=None, max_length=500)
     batch_size: int = 500
     ramp_start: int | None = None
-    rate_per_second: float | None = None
+    rate_per_second: float | None = Field(default=None, allow_inf_nan=False)
     max_messages: int | None = None
-    redirects: dict[str, str] = Field(default_factory=dict, max_length=100)
+    redirects: dict[Text, Text] = Field(default_factory=dict, max_length=100)
 
 
 class RunChoice(BaseModel):
     """One batched-retry run, by its DAG run id."""
 
-    run_id: str = Field(min_length=1, max_length=250)
+    run_id: Text = Field(min_length=1, max_length=250)
 
 
 class Selection(BaseModel):
@@ -172,6 +174,13 @@ def create_app() -> FastAPI:
                                     status_code=status.HTTP_303_SEE_OTHER)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        """422 with what was wrong where; the offending value is not echoed (it may be NaN, huge or binary)."""
+        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+
     @app.get("/", response_class=HTMLResponse)
     def page(user: ReaderDep) -> HTMLResponse:
         return HTMLResponse(_static("index.html"), headers={"Cache-Control": "no-store"})
@@ -217,12 +226,12 @@ def create_app() -> FastAPI:
         return _guard(conn_id, work)
 
     @app.get("/api/connections/{conn_id}/failed")
-    def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0)] = 0,
+    def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-                        failed_q: Annotated[str | None, Query(max_length=500)] = None,
-                        exception_type: Annotated[str | None, Query(max_length=500)] = None,
-                        message_type: Annotated[str | None, Query(max_length=500)] = None,
-                        search: Annotated[str | None, Query(max_length=200)] = None) -> dict[str, Any]:
+                        failed_q: Annotated[Text | None, Query(max_length=500)] = None,
+                        exception_type: Annotated[Text | None, Query(max_length=500)] = None,
+                        message_type: Annotated[Text | None, Query(max_length=500)] = None,
+                        search: Annotated[Text | None, Query(max_length=200)] = None) -> dict[str, Any]:
         where = FailedFilter(failed_q, exception_type, message_type, search)
 
         def work() -> dict[str, Any]:

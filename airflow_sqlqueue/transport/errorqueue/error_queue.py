@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -417,7 +418,34 @@ class ErrorQueue:
         return self.session.run(work, what=f"restore archived messages into {self.name!r}")
 
 
+#: The deepest nesting of arrays and objects an edited JSON body may have (Python's parser recurses per level).
+MAX_JSON_DEPTH = 200
+_JSON_TOKENS = re.compile(rb'\\.|["\[\]{}]', re.DOTALL)
+
+
+def json_depth_over(text: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` levels deep (strings skipped; one pass
+    over the brackets and quotes, no recursion)."""
+    depth, in_string = 0, False
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token == b'"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
 def _check_json(body: bytes) -> None:
+    if json_depth_over(body):
+        raise EditRefusedError(f"the body nests JSON arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
+                               f"send a body nested at most {MAX_JSON_DEPTH} levels; nothing was changed")
     try:
         json.loads(body)
     except (ValueError, RecursionError) as exc:

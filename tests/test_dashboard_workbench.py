@@ -1,0 +1,94 @@
+# ruff: noqa: F811  (pytest fixtures imported from tests.test_dashboard_api are parameters here)
+"""The error workbench of the "SQL Queues" page as an operator meets it (issue 31), through the real API server
+app on SQLite and PostgreSQL: client mistakes answered 4xx with the reason, the "(none)" group, search as
+displayed, one name per queue, no server path in any text, the overview's figures agreeing."""
+
+from __future__ import annotations  # noqa: I001  (tests.airflow_env must be imported before airflow)
+
+import tests.airflow_env  # noqa: F401
+from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sqlqueue.transport.wire import headers as h
+from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
+    CONN_ID,
+    PREFIX,
+    app,
+    as_user,
+    chosen,
+    client,
+    config_for,
+    filled,
+    post,
+    variable,
+)
+
+FAILED = f"{PREFIX}/api/connections/{CONN_ID}/failed"
+ARCHIVES = f"{PREFIX}/api/connections/{CONN_ID}/archives"
+
+
+# -- client mistakes are 4xx with the reason, never 5xx; nothing changes -------------------------------------
+@pytest.mark.parametrize("days", ["NaN", "Infinity", "1e400", "-1e400"])
+def test_archive_older_than_days_that_is_not_a_number_of_days_is_refused(
+        client: Any, filled: Any, variable: Any, tmp_path: Path, days: str) -> None:
+    db, _ = filled
+    variable({**config_for(db), "archive": {"location": str(tmp_path / "archive"), "older_than_days": 30}})
+    response = client.post(ARCHIVES, headers={**as_user("op"), "Content-Type": "application/json"},
+                           content=f'{{"older_than_days": {days}}}')
+    assert response.status_code == 422, response.text
+    assert "older_than_days" in response.text
+    assert db.transport.count(db.q("error")) == 3
+
+
+def test_a_nul_character_in_any_text_is_refused(client: Any, filled: Any) -> None:
+    db, made = filled
+    viewer = as_user("viewer")
+    for params in ({"search": "a\x00b"}, {"exception_type": "Time\x00out"}, {"failed_q": "x\x00"},
+                   {"message_type": "\x00"}):
+        response = client.get(FAILED, params=params, headers=viewer)
+        assert response.status_code == 422 and "NUL" in response.text, (params, response.text)
+    row = made["failed"][0]
+    for body in ({"messages": [{"seq": row.seq, "id": "a\x00b"}]},):
+        for action in ("retry", "delete"):
+            response = post(client, action, "op", body)
+            assert response.status_code == 422 and "NUL" in response.text, response.text
+    cancel = client.post(f"{PREFIX}/api/connections/{CONN_ID}/batch-retries/cancel", headers=as_user("op"),
+                         json={"run_id": "run\x00"})
+    assert cancel.status_code == 422 and "NUL" in cancel.text, cancel.text
+    assert db.transport.count(db.q("error")) == 3
+
+
+@pytest.mark.parametrize("after", [2**63, 2**64, 10**30])
+def test_a_position_past_the_largest_is_refused(client: Any, filled: Any, after: int) -> None:
+    response = client.get(FAILED, params={"after": after}, headers=as_user("viewer"))
+    assert response.status_code == 422 and "after" in response.text, response.text
+    db, made = filled
+    for seq in (2**63, 2**64):
+        refused = post(client, "retry", "op", {"messages": [{"seq": seq, "id": str(made["failed"][0].id)}]})
+        assert refused.status_code == 422, refused.text
+    assert db.transport.count(db.q("error")) == 3
+
+
+def test_edit_and_retry_of_json_nested_too_deep_is_refused_with_the_bound(
+        client: Any, filled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY", "True")
+    db, made = filled
+    row = made["failed"][0]
+    headers = {k: v for k, v in json.loads(row.headers).items() if k not in h.FAILURE_HEADERS}
+    headers[h.CONTENT_TYPE] = "application/json"
+    for depth in (1900, 100_000):
+        body = "[" * depth + "]" * depth
+        response = client.post(f"{FAILED}/edit-retry", headers=as_user("op"),
+                               json={"seq": row.seq, "id": str(row.id), "headers": headers, "body": body})
+        assert response.status_code == 400, response.text
+        assert "more than 200 levels deep" in response.json()["detail"], response.text
+    assert db.transport.count(db.q("error")) == 3 and db.transport.count(db.q("invoices")) == 0
+    fine = client.post(f"{FAILED}/edit-retry", headers=as_user("op"),
+                       json={"seq": row.seq, "id": str(row.id), "headers": headers, "body": "[" * 50 + "]" * 50})
+    assert fine.status_code == 200, fine.text
+    assert db.transport.count(db.q("invoices")) == 1
