@@ -10,9 +10,11 @@ from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from airflow_sqlqueue.transport.wire import headers as h
 from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
@@ -30,6 +32,8 @@ from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
 
 FAILED = f"{PREFIX}/api/connections/{CONN_ID}/failed"
 ARCHIVES = f"{PREFIX}/api/connections/{CONN_ID}/archives"
+BATCH = f"{PREFIX}/api/connections/{CONN_ID}/batch-retries"
+DAG_ID = "sqlqueue_error_queue_batch_retry"
 
 
 # -- client mistakes are 4xx with the reason, never 5xx; nothing changes -------------------------------------
@@ -92,3 +96,38 @@ def test_edit_and_retry_of_json_nested_too_deep_is_refused_with_the_bound(
                        json={"seq": row.seq, "id": str(row.id), "headers": headers, "body": "[" * 50 + "]" * 50})
     assert fine.status_code == 200, fine.text
     assert db.transport.count(db.q("invoices")) == 1
+
+
+# -- batched retries: bounds, a paused DAG ------------------------------------------------------------------
+@pytest.mark.parametrize("rate", [1e-9, 0.001, 1e300])
+def test_an_absurd_rate_is_refused_with_the_bounds(client: Any, filled: Any, rate: float) -> None:
+    refused = client.post(BATCH, json={"rate_per_second": rate}, headers=as_user("op"))
+    assert refused.status_code == 400, refused.text
+    assert "from 0.01 (one every 100 s) to 1,000,000" in refused.json()["detail"]
+
+
+def test_a_batched_retry_on_a_paused_dag_unpauses_it_or_says_why_it_waits(client: Any, filled: Any) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    from tests.test_dashboard_batch_api import audit_rows, deploy_batch_retry_dag
+
+    deploy_batch_retry_dag()
+    with create_session() as session:  # as Airflow leaves a DAG it has just found
+        session.execute(update(DagModel).where(DagModel.dag_id == DAG_ID).values(is_paused=True))
+    started = client.post(BATCH, json={"exception_type": "TimeoutError"}, headers=as_user("op"))
+    assert started.status_code == 200, started.text
+    run_id = started.json()["run_id"]
+    assert started.json()["unpaused_dag"] is True and started.json()["hint"] is None
+    assert started.json()["run_path"] == f"dags/{DAG_ID}/runs/{quote(run_id, safe='')}"
+    with create_session() as session:
+        assert session.scalars(select(DagModel.is_paused).where(DagModel.dag_id == DAG_ID)).one() is False
+    assert any(extra["run_id"] == run_id and extra["unpaused_dag"] for _, extra in
+               audit_rows("sqlqueue.batch_retry_started"))
+
+    with create_session() as session:  # paused again by someone: the queued run says why it waits
+        session.execute(update(DagModel).where(DagModel.dag_id == DAG_ID).values(is_paused=True))
+    (run,) = [r for r in client.get(BATCH, headers=as_user("viewer")).json()["runs"] if r["run_id"] == run_id]
+    assert run["state"] == "queued" and "is paused" in run["hint"] and "unpause" in run["hint"]
+    assert run["run_path"] == started.json()["run_path"]

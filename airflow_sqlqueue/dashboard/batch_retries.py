@@ -63,6 +63,38 @@ def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: 
     return conf
 
 
+def run_path(run_id: str) -> str:
+    """Where the Airflow UI shows a run of the batched-retry DAG, relative to the UI's base URL."""
+    from urllib.parse import quote
+
+    return f"dags/{DAG_ID}/runs/{quote(run_id, safe='')}"
+
+
+def dag_paused() -> bool | None:
+    """Whether the batched-retry DAG is paused (Airflow pauses a DAG it sees for the first time); None when the
+    DAG is not in the metadata database."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.scalars(select(DagModel.is_paused).where(DagModel.dag_id == DAG_ID)).one_or_none()
+
+
+def unpause() -> None:
+    """Unpause the batched-retry DAG (the caller checked the user may change it)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == DAG_ID).values(is_paused=False))
+
+
+PAUSED_HINT = (f"the DAG {DAG_ID} is paused (Airflow pauses a DAG it has just found), so this run waits: "
+               "unpause the DAG in Airflow (or ask someone who may) and the run starts")
+
+
 def start(conn: ConnectionConfig, transport: SqlQueueTransport, request: dict[str, Any], user_name: str) -> str:
     """Create the DAG run (queued for the scheduler); its run id."""
     from airflow.api.common.trigger_dag import trigger_dag
@@ -95,6 +127,7 @@ def _dag_runs(conn_id: str) -> dict[str, dict[str, Any]]:
 def runs(config: MaintenanceConfig, conn_id: str, store: SqlQueueTransport) -> list[dict[str, Any]]:
     """The recent runs on ``conn_id``, newest first, each with its progress (see ``retry_progress.summarize``)."""
     dag_runs = _dag_runs(conn_id)
+    paused = bool(dag_paused())
     ids = list(dict.fromkeys([*dag_runs, *retry_progress.recent_runs(store, conn_id, RECENT)]))[:RECENT]
     out = []
     for run_id in ids:
@@ -102,9 +135,11 @@ def runs(config: MaintenanceConfig, conn_id: str, store: SqlQueueTransport) -> l
         dag_run = dag_runs.get(run_id, {})
         if progress["state"] == "queued" and dag_run.get("dag_run_state") in ("failed", "success"):
             progress["state"] = "failed"  # ended before the task recorded anything
+        waiting = progress["state"] == "queued" and dag_run.get("dag_run_state") == "queued"
         out.append({"run_id": run_id, "dag_run_state": dag_run.get("dag_run_state"),
                     "triggered_by": dag_run.get("triggered_by") or progress["started_by"],
-                    "queued_at": dag_run.get("queued_at"), **progress})
+                    "queued_at": dag_run.get("queued_at"), "run_path": run_path(run_id),
+                    "hint": PAUSED_HINT if waiting and paused else None, **progress})
     return out
 
 

@@ -48,7 +48,7 @@ from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Positio
 from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
-from .auth import EditorDep, ReaderDep, can_edit
+from .auth import EditorDep, ReaderDep, can_change_dag, can_edit
 from .texts import MAX_SEQ, Text
 
 log = logging.getLogger(__name__)
@@ -316,10 +316,18 @@ def create_app() -> FastAPI:
                         f"the DAG {batch_retries.DAG_ID!r} is not deployed: add the provider's DAG folder "
                         "(airflow_sqlqueue/example_dags) as a DAG bundle, or copy error_queue_batch_retry.py from "
                         "it into the DAGs folder")) from None
+            unpaused, hint = False, None
+            if batch_retries.dag_paused():
+                if can_change_dag(user, batch_retries.DAG_ID):
+                    batch_retries.unpause()
+                    unpaused = True
+                else:
+                    hint = batch_retries.PAUSED_HINT
             audit_log.audit("sqlqueue.batch_retry_started", user.get_name(), {
-                "conn_id": conn_id, "run_id": run_id,
+                "conn_id": conn_id, "run_id": run_id, "unpaused_dag": unpaused,
                 "request": {**request.model_dump(exclude={"positions"}), "positions": len(request.positions)}})
-            return {"conn_id": conn_id, "run_id": run_id}
+            return {"conn_id": conn_id, "run_id": run_id, "run_path": batch_retries.run_path(run_id),
+                    "unpaused_dag": unpaused, "hint": hint}
 
         return _guard(conn_id, work)
 

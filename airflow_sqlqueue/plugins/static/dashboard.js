@@ -523,7 +523,8 @@ async function startBatchRetry(event) {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/batch-retries`, {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request) });
     result.className = "";
-    result.textContent = `started ${data.run_id}`;
+    result.replaceChildren(`started `, runLink(data.run_id, data.run_path),
+      data.unpaused_dag ? ` (the DAG was paused: unpaused it)` : "", data.hint ? el("p", { class: "hint" }, data.hint) : "");
   } catch (e) {
     result.className = "error";
     result.textContent = e.message;
@@ -547,6 +548,12 @@ async function cancelRun(runId) {
 
 const FINISHED = new Set(["done", "cancelled", "failed"]);
 
+// A run in the Airflow UI (the page sits at <UI base>/sqlqueue/, the run at <UI base>/dags/<dag>/runs/<run>).
+function runLink(runId, path) {
+  if (!path) return runId;
+  return el("a", { href: new URL("../" + path, location.origin + BASE).href, target: "_top", class: "run-link" }, runId);
+}
+
 function runRow(run) {
   const done = run.to_do ? Math.min(run.looked_at, run.to_do) : 0;
   const bar = run.to_do !== null && run.to_do !== undefined
@@ -558,10 +565,10 @@ function runRow(run) {
   const left = run.left_count ? el("details", { class: "more" }, el("summary", {}, String(run.left_count)),
     el("ul", { class: "left-reasons" }, ...run.left.map((x) => el("li", {}, `${x.id}: ${x.reason}`)))) : "0";
   return el("tr", { class: `run state-${run.state}`, dataset: { run: run.run_id, state: run.state } },
-    el("td", { class: "run-id" }, run.run_id), el("td", {}, run.triggered_by || "-"),
+    el("td", { class: "run-id" }, runLink(run.run_id, run.run_path)), el("td", {}, run.triggered_by || "-"),
     el("td", {}, formatTime(run.started_at || run.queued_at)),
     el("td", { class: "state" }, run.state + (run.cancel_requested_by && run.state !== "cancelled"
-      ? ` (cancel asked by ${run.cancel_requested_by})` : "")),
+      ? ` (cancel asked by ${run.cancel_requested_by})` : ""), run.hint ? el("p", { class: "hint" }, run.hint) : null),
     el("td", {}, bar), el("td", { class: "num batches" }, run.batches_done),
     el("td", { class: "returned" }, returned), el("td", { class: "num left" }, left),
     el("td", { class: "num remaining" }, run.remaining === null ? "-" : run.remaining), el("td", {}, cancel));
