@@ -9,6 +9,7 @@ import tests.airflow_env  # noqa: F401
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
+import uuid
 from pathlib import Path
 from urllib.parse import quote
 from typing import Any
@@ -29,6 +30,7 @@ from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
     post,
     variable,
 )
+from tests.test_dashboard_hostile import insert_rows
 
 FAILED = f"{PREFIX}/api/connections/{CONN_ID}/failed"
 ARCHIVES = f"{PREFIX}/api/connections/{CONN_ID}/archives"
@@ -131,3 +133,41 @@ def test_a_batched_retry_on_a_paused_dag_unpauses_it_or_says_why_it_waits(client
     (run,) = [r for r in client.get(BATCH, headers=as_user("viewer")).json()["runs"] if r["run_id"] == run_id]
     assert run["state"] == "queued" and "is paused" in run["hint"] and "unpause" in run["hint"]
     assert run["run_path"] == started.json()["run_path"]
+
+
+# -- the "(none)" group ------------------------------------------------------------------------------------
+def test_the_none_group_lists_only_messages_without_that_field_and_never_widens(client: Any, filled: Any) -> None:
+    db, made = filled
+    invoices = db.transport.name(db.q("invoices"))
+    insert_rows(db, db.q("error"), [
+        (str(uuid.uuid4()), json.dumps({h.FAILED_Q: invoices, h.ENCLOSED_MESSAGE_TYPES: "Billing.Invoice"}), b"1"),
+        (str(uuid.uuid4()), json.dumps({h.FAILED_Q: invoices, h.EXCEPTION_TYPE: ""}), b"2")])
+    viewer = as_user("viewer")
+    groups = client.get(f"{FAILED}/groups", params={"by": "exception_type"}, headers=viewer).json()["groups"]
+    (none,) = [g for g in groups if g["exception_type"] is None]  # absent and empty: one group
+    assert none["count"] == 2 and none["filter"] == {"missing": ["exception_type"]}
+    for group in groups:  # each group's filter lists exactly its messages
+        params = {k: v for k, v in group["filter"].items() if k != "missing"} | {"missing": group["filter"]["missing"]}
+        listed = client.get(FAILED, params=params, headers=viewer)
+        assert listed.status_code == 200, listed.text
+        assert len(listed.json()["messages"]) == group["count"], (group, listed.json()["messages"])
+    listed = client.get(FAILED, params={"missing": "exception_type"}, headers=viewer).json()["messages"]
+    assert sorted(m["body_preview"] for m in listed) == ["1", "2"]
+    bad = client.get(FAILED, params={"missing": "body"}, headers=viewer)
+    assert bad.status_code == 422, bad.text
+    both = client.get(FAILED, params={"missing": "exception_type", "exception_type": "X"}, headers=viewer)
+    assert both.status_code == 400 and "match nothing" in both.json()["detail"], both.text
+
+    # the batched retry of that group is that group's, not the whole error queue
+    from tests.test_dashboard_batch_api import deploy_batch_retry_dag
+
+    deploy_batch_retry_dag()
+    started = client.post(BATCH, json={"missing": ["exception_type"]}, headers=as_user("op"))
+    assert started.status_code == 200, started.text
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        conf = session.scalars(select(DagRun.conf).where(DagRun.run_id == started.json()["run_id"])).one()
+    assert conf["missing"] == ["exception_type"] and conf["exception_type"] is None
+    assert db.transport.count(db.q("error")) == len(made["failed"]) + 2

@@ -40,10 +40,8 @@ def read_archive(location: str, archive_id: str) -> dict[str, Any]:
 def _matches(row: dict[str, Any], after_seq: int, where: FailedFilter) -> bool:
     if row["seq"] <= after_seq:
         return False
-    for name in ("failed_q", "exception_type", "message_type"):
-        wanted = getattr(where, name)
-        if wanted and row[name] != wanted:
-            return False
+    if not where.matches(row):
+        return False
     return not where.search or where.search.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
 
 

@@ -21,6 +21,7 @@ from airflow_sqlqueue.maintenance.retry_batches import (
     plan_of,
     positions_of,
     targets_of,
+    where_of,
 )
 from airflow_sqlqueue.maintenance.tasks import BadConfigurationError
 from airflow_sqlqueue.transport import SqlQueueTransport
@@ -52,6 +53,7 @@ def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: 
         plan = plan_of(request)
         _, _, redirects = targets_of(conn, transport, request.get("redirects") or {})
         positions = positions_of(request)
+        where = where_of(request)
     except BadConfigurationError as exc:
         raise ValueError(str(exc)) from None
     conf: dict[str, Any] = {"conn_id": conn.conn_id, "redirects": redirects,
@@ -60,6 +62,7 @@ def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: 
         conf["positions"] = [{"seq": p.seq, "id": p.id} for p in positions]
     else:
         conf.update({k: request.get(k) or None for k in FILTER_KEYS})
+        conf["missing"] = sorted(where.missing)
     return conf
 
 

@@ -20,12 +20,16 @@ GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_typ
 
 
 def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type") -> dict[str, Any]:
-    """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact."""
+    """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact.
+
+    A field absent or empty is one group, None (the page's "(none)"); each group carries the ``filter`` that lists
+    exactly its messages (``missing`` names its None fields)."""
     if by not in GROUP_BY:
         raise ValueError(f"group by one of {sorted(GROUP_BY)}, not {by!r}")
     keys = GROUP_BY[by]
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for group in transport.failed_groups(error_queue):
+        group = {**group, **{k: group[k] or None for k in keys}}  # absent or empty: one "(none)" group
         key = tuple(group[k] for k in keys)
         into = merged.setdefault(key, {**{k: group[k] for k in keys}, "count": 0, "first_failure": None,
                                        "last_failure": None})
@@ -34,6 +38,9 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
             values = [v for v in (into[name], group[name]) if v]
             into[name] = pick(values) if values else None
     groups = sorted(merged.values(), key=lambda g: (-g["count"], *[str(g[k] or "") for k in keys]))
+    for group in groups:  # what the page sends to list (or retry, or archive) exactly this group
+        group["filter"] = {**{k: group[k] for k in keys if group[k] is not None},
+                           "missing": [k for k in keys if group[k] is None]}
     return {"error_queue": transport.name(error_queue), "by": by, "total": transport.count(error_queue),
             "grouped": sum(g["count"] for g in groups), "groups": groups}
 

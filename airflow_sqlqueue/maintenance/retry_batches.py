@@ -45,6 +45,18 @@ def plan_of(params: dict[str, Any]) -> BatchPlan:
         raise BadConfigurationError(f"param {exc}") from None
 
 
+def where_of(params: dict[str, Any]) -> FailedFilter:
+    """The group filter from the params (``failed_q``, ``exception_type``, ``message_type``, and ``missing``: the
+    fields a message must not have); BadConfigurationError names the wrong one."""
+    missing = params.get("missing") or []
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        raise BadConfigurationError(f"param missing must be a list of field names ({', '.join(FILTER_KEYS)})")
+    try:
+        return FailedFilter(*(params.get(k) or None for k in FILTER_KEYS), missing=frozenset(missing))
+    except ValueError as exc:
+        raise BadConfigurationError(f"param {exc}") from None
+
+
 def positions_of(params: dict[str, Any]) -> list[Position] | None:
     """The ``positions`` param (``[{"seq", "id"}]``) as positions; None when not given."""
     raw = params.get("positions")
@@ -97,10 +109,7 @@ def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, p
     if positions is not None:
         total = len(set(positions))
     else:
-        wanted = {k: v for k, v in (("failed_q", where.failed_q), ("exception_type", where.exception_type),
-                                    ("message_type", where.message_type)) if v}
-        total = sum(g["count"] for g in transport.failed_groups(error_queue)
-                    if all(g.get(k) == v for k, v in wanted.items()))
+        total = sum(g["count"] for g in transport.failed_groups(error_queue) if where.matches(g))
     return total if plan.max_messages is None else min(total, plan.max_messages)
 
 
@@ -115,7 +124,7 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
     conn = config.connection(conn_id)
     plan = plan_of(params)
     positions = positions_of(params)
-    where = FailedFilter(*(params.get(k) or None for k in FILTER_KEYS))
+    where = where_of(params)
     with transport_for(conn_id, conn.error_queue) as transport, \
             transport_for(config.samples_conn_id(conn_id)) as store:
         error_queue, targets, redirects = targets_of(conn, transport, params.get("redirects"))
@@ -130,8 +139,9 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
             note("start", user_name=started_by, detail={
                 "plan": {k: getattr(plan, k) for k in PLAN_KEYS},
                 "selection": {"positions": len(positions)} if positions is not None else
-                {k: v for k, v in zip(FILTER_KEYS, (where.failed_q, where.exception_type, where.message_type),
-                                      strict=True) if v},
+                {**{k: v for k, v in zip(FILTER_KEYS, (where.failed_q, where.exception_type, where.message_type),
+                                         strict=True) if v},
+                 **({"missing": sorted(where.missing)} if where.missing else {})},
                 "redirects": redirects, "allowed": targets,
                 "to_do": to_do(transport, error_queue, where, positions, plan)})
         log.info("retrying from %s on %s to %s (redirects %s), plan %s", error_queue, conn_id, targets, redirects,

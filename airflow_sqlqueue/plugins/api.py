@@ -49,7 +49,7 @@ from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_change_dag, can_edit
-from .texts import MAX_SEQ, Text
+from .texts import MAX_SEQ, Field_, Text
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
@@ -81,6 +81,7 @@ class BatchRetryRequest(BaseModel):
     failed_q: Text | None = Field(default=None, max_length=500)
     exception_type: Text | None = Field(default=None, max_length=500)
     message_type: Text | None = Field(default=None, max_length=500)
+    missing: list[Field_] = Field(default_factory=list, max_length=3)
     batch_size: int = 500
     ramp_start: int | None = None
     rate_per_second: float | None = Field(default=None, allow_inf_nan=False)
@@ -231,10 +232,10 @@ def create_app() -> FastAPI:
                         failed_q: Annotated[Text | None, Query(max_length=500)] = None,
                         exception_type: Annotated[Text | None, Query(max_length=500)] = None,
                         message_type: Annotated[Text | None, Query(max_length=500)] = None,
-                        search: Annotated[Text | None, Query(max_length=200)] = None) -> dict[str, Any]:
-        where = FailedFilter(failed_q, exception_type, message_type, search)
-
+                        search: Annotated[Text | None, Query(max_length=200)] = None,
+                        missing: Annotated[list[Field_] | None, Query(max_length=3)] = None) -> dict[str, Any]:
         def work() -> dict[str, Any]:
+            where = FailedFilter(failed_q, exception_type, message_type, search, frozenset(missing or ()))
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "edit_retry": _edit_retry_on(),

@@ -39,7 +39,7 @@ from airflow_sqlqueue.dashboard import sources
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .auth import EditorDep, ReaderDep, can_edit
-from .texts import MAX_SEQ, Text
+from .texts import MAX_SEQ, Field_, Text
 
 MAX_PAGE = 500
 MAX_RESTORE_IDS = 10_000
@@ -53,6 +53,7 @@ class ArchiveNow(BaseModel):
     exception_type: Text | None = Field(default=None, max_length=500)
     message_type: Text | None = Field(default=None, max_length=500)
     search: Text | None = Field(default=None, max_length=200)
+    missing: list[Field_] = Field(default_factory=list, max_length=3)
     max_messages: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
@@ -116,7 +117,8 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
                          failed_q: Annotated[Text | None, Query(max_length=500)] = None,
                          exception_type: Annotated[Text | None, Query(max_length=500)] = None,
                          message_type: Annotated[Text | None, Query(max_length=500)] = None,
-                         search: Annotated[Text | None, Query(max_length=200)] = None) -> dict[str, Any]:
+                         search: Annotated[Text | None, Query(max_length=200)] = None,
+                         missing: Annotated[list[Field_] | None, Query(max_length=3)] = None) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
             summary = read_archive(location, archive_id)
@@ -125,7 +127,8 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
                                                                f"connection {conn_id!r}")
             summary.pop("location", None)
             page = archive_page(location, archive_id, after_seq=after, limit=limit + 1,
-                                where=FailedFilter(failed_q, exception_type, message_type, search))
+                                where=FailedFilter(failed_q, exception_type, message_type, search,
+                                                    frozenset(missing or ())))
             return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "archive": summary,
                     "messages": page[:limit], "next_after": page[limit - 1]["seq"] if len(page) > limit else None}
 
@@ -139,7 +142,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
                 datetime.now(timezone.utc) - timedelta(days=request.older_than_days)
             selection = ArchiveSelection(cutoff=cutoff, where=FailedFilter(
                 request.failed_q or None, request.exception_type or None, request.message_type or None,
-                request.search or None), max_messages=request.max_messages)
+                request.search or None, frozenset(request.missing)), max_messages=request.max_messages)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 result = archive_failed(transport, conn.error_queue, location, selection,
                                         labels={"conn_id": conn_id})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator
 
@@ -19,3 +19,6 @@ def no_nul(text: str) -> str:
 
 #: Text sent by the browser: never a NUL character.
 Text = Annotated[str, AfterValidator(no_nul)]
+
+#: A field failed messages are filtered and grouped by.
+Field_ = Literal["failed_q", "exception_type", "message_type"]

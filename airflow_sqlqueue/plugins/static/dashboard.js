@@ -315,18 +315,38 @@ function groupLabel(group) {
   return value === null || value === undefined ? "(none)" : (state.groupBy === "message_type" ? shortType(value) : value);
 }
 
+// -- the filter of a group: {field: value, ..., missing: [fields without a value]} -------------------------------
+function filterKey(filter) {
+  const keys = Object.keys(filter || {}).filter((k) => k !== "missing").sort();
+  return JSON.stringify([keys.map((k) => [k, filter[k]]), [...((filter || {}).missing || [])].sort()]);
+}
+
+function filterWords(filter) {
+  const words = Object.entries(filter).filter(([k]) => k !== "missing").map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+  for (const k of filter.missing || []) words.push(`no ${k.replace("_", " ")}`);
+  return words;
+}
+
+function filterParams(params, filter) {
+  for (const [key, value] of Object.entries(filter)) {
+    if (key === "missing") for (const field of value) params.append("missing", field);
+    else params.set(key, value);
+  }
+}
+
 async function loadGroups() {
   const target = document.getElementById("groups");
   try {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/failed/groups?by=${state.groupBy}`);
     state.canEdit = data.can_edit;
     state.total = data.total;
-    const active = state.filter[state.groupBy];
+    const active = filterKey(state.filter);
+    // a group's filter comes from the server: the "(none)" group filters to messages without that field
     target.replaceChildren(...data.groups.map((g) => el("button", { type: "button", class: "group", role: "listitem",
-      "aria-pressed": String(active !== undefined && active === g[state.groupBy]),
+      "aria-pressed": String(active === filterKey(g.filter)),
       dataset: { key: g[state.groupBy] === null ? "" : g[state.groupBy] },
       title: `first failure ${formatTime(g.first_failure)}, last ${formatTime(g.last_failure)}`,
-      onclick: () => { state.filter = g[state.groupBy] === null ? {} : { [state.groupBy]: g[state.groupBy] }; restart(); } },
+      onclick: () => { state.filter = g.filter; restart(); } },
       groupLabel(g), el("span", { class: "count" }, g.count))));
     if (!data.groups.length) target.replaceChildren(el("p", {}, "the error queue is empty"));
     return data;
@@ -341,7 +361,7 @@ async function loadPage() {
   const caption = document.getElementById("messages-caption");
   const after = state.cursors[state.page];
   const params = new URLSearchParams({ after: String(after), limit: String(PAGE_SIZE) });
-  for (const [key, value] of Object.entries(state.filter)) params.set(key, value);
+  filterParams(params, state.filter);
   if (state.search) params.set("search", state.search);
   try {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/failed?${params}`);
@@ -351,7 +371,7 @@ async function loadPage() {
     state.next = data.next_after;
     state.messages.clear();
     body.replaceChildren(...data.messages.map(messageRow));
-    const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+    const filters = filterWords(state.filter);
     if (state.search) filters.push(`headers containing "${state.search}"`);
     caption.textContent = `${state.total ?? "?"} failed messages in ${data.error_queue}` +
       (filters.length ? `; showing those with ${filters.join(", ")}` : "") +
@@ -370,7 +390,7 @@ async function loadPage() {
 async function restart() {
   state.cursors = [0];
   state.page = 0;
-  const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+  const filters = filterWords(state.filter);
   document.getElementById("scope-group-label").textContent = filters.length
     ? `every message with ${filters.join(", ")}` : "every message in the error queue";
   await loadGroups();

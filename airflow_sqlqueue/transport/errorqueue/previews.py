@@ -41,18 +41,42 @@ def clean_text(value: Any) -> tuple[str | None, bool]:
     return text, repaired
 
 
+#: The fields a page can be filtered by (and grouped by).
+FILTER_FIELDS = ("failed_q", "exception_type", "message_type")
+
+
 @dataclass(frozen=True)
 class FailedFilter:
-    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers."""
+    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers;
+    ``missing`` names fields a row must not have (absent or empty: the "(none)" group of that field)."""
 
     failed_q: str | None = None
     exception_type: str | None = None
     message_type: str | None = None
     search: str | None = None
+    missing: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.missing) - set(FILTER_FIELDS)
+        if unknown:
+            raise ValueError(f"missing may name {', '.join(FILTER_FIELDS)}, not {', '.join(sorted(unknown))}")
+        both = [name for name in self.missing if getattr(self, name)]
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: a value and missing at once match nothing; give one")
+        object.__setattr__(self, "missing", frozenset(self.missing))
 
     def params(self) -> dict[str, Any]:
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
-                "message_type": self.message_type or None, "search": self.search or None}
+                "message_type": self.message_type or None, "search": self.search or None,
+                **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
+
+    def matches(self, fields: dict[str, Any]) -> bool:
+        """Whether a row (or a group) with these field values is one this filter keeps (search aside)."""
+        for name in FILTER_FIELDS:
+            wanted, value = getattr(self, name), fields.get(name)
+            if (wanted and value != wanted) or (name in self.missing and value):
+                return False
+        return True
 
 
 @dataclass
