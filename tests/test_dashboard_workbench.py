@@ -171,3 +171,22 @@ def test_the_none_group_lists_only_messages_without_that_field_and_never_widens(
         conf = session.scalars(select(DagRun.conf).where(DagRun.run_id == started.json()["run_id"])).one()
     assert conf["missing"] == ["exception_type"] and conf["exception_type"] is None
     assert db.transport.count(db.q("error")) == len(made["failed"]) + 2
+
+
+# -- search what is displayed -------------------------------------------------------------------------------
+def test_search_finds_header_text_as_the_page_displays_it(client: Any, filled: Any) -> None:
+    db, made = filled
+    invoices = db.transport.name(db.q("invoices"))
+    shown = {h.FAILED_Q: invoices, h.CONTENT_TYPE: "application/json", "Note": 'say "hi" in Zürich \u2028 ok',
+             "Path": "C:\\jobs\\run"}
+    insert_rows(db, db.q("error"), [(str(uuid.uuid4()), h.serialize_headers(shown), b"wire"),
+                                    (str(uuid.uuid4()), json.dumps(shown), b"python")])
+    stored = [r.headers for r in db.transport.browse(db.q("error"))[-2:]]
+    assert "application\\/json" in stored[0] and "\\u00fc" in stored[1]  # as JSON writers store them
+    viewer = as_user("viewer")
+    for text in ("application/json", 'say "hi"', "Zürich", "C:\\jobs\\run", "\u2028"):
+        listed = client.get(FAILED, params={"search": text}, headers=viewer)
+        assert listed.status_code == 200, listed.text
+        assert sorted(m["body_preview"] for m in listed.json()["messages"]) == ["python", "wire"], text
+    assert client.get(FAILED, params={"search": "application/xml"}, headers=viewer).json()["messages"] == []
+    assert len(made["failed"]) == 3

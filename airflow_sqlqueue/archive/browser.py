@@ -42,7 +42,8 @@ def _matches(row: dict[str, Any], after_seq: int, where: FailedFilter) -> bool:
         return False
     if not where.matches(row):
         return False
-    return not where.search or where.search.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
+    return not where.search or any(form.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
+                                   for form in where.search_forms().values() if form)
 
 
 def _browse_row(row: dict[str, Any], restored: set[str], not_found: set[int]) -> dict[str, Any]:

@@ -372,7 +372,7 @@ async function loadPage() {
     state.messages.clear();
     body.replaceChildren(...data.messages.map(messageRow));
     const filters = filterWords(state.filter);
-    if (state.search) filters.push(`headers containing "${state.search}"`);
+    if (state.search) filters.push(`header text containing "${state.search}"`);
     caption.textContent = `${state.total ?? "?"} failed messages in ${data.error_queue}` +
       (filters.length ? `; showing those with ${filters.join(", ")}` : "") +
       `; page ${state.page + 1}: ${data.messages.length} listed`;

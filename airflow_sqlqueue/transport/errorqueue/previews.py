@@ -9,6 +9,7 @@ is valid Unicode (lone surrogates replaced), so it can be sent as JSON.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -65,9 +66,21 @@ class FailedFilter:
             raise ValueError(f"{', '.join(sorted(both))}: a value and missing at once match nothing; give one")
         object.__setattr__(self, "missing", frozenset(self.missing))
 
+    def search_forms(self) -> dict[str, str | None]:
+        """``search`` as displayed (a header value parsed) and as it is stored in header JSON: as this provider and
+        NServiceBus write it (``/`` as ``\\/``, upper-case ``\\uXXXX``), and as other JSON writers do (escapes
+        with and without ASCII-only output), so ``application/json`` finds ``application\\/json``."""
+        if not self.search:
+            return {"search": None, "search_wire": None, "search_json": None, "search_ascii": None}
+        wire = h.serialize_headers({"": self.search}, limit=None)[len('{"":"'):-len('"}')]
+        forms = {"search": self.search, "search_wire": wire,
+                 "search_json": json.dumps(self.search, ensure_ascii=False)[1:-1],
+                 "search_ascii": json.dumps(self.search)[1:-1]}
+        return {k: (v if not _SURROGATE.search(v) else self.search) for k, v in forms.items()}
+
     def params(self) -> dict[str, Any]:
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
-                "message_type": self.message_type or None, "search": self.search or None,
+                "message_type": self.message_type or None, **self.search_forms(),
                 **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
 
     def matches(self, fields: dict[str, Any]) -> bool:
