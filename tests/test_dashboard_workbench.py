@@ -190,3 +190,44 @@ def test_search_finds_header_text_as_the_page_displays_it(client: Any, filled: A
         assert sorted(m["body_preview"] for m in listed.json()["messages"]) == ["python", "wire"], text
     assert client.get(FAILED, params={"search": "application/xml"}, headers=viewer).json()["messages"] == []
     assert len(made["failed"]) == 3
+
+
+# -- one name per queue -------------------------------------------------------------------------------------
+def test_one_queue_in_three_spellings_is_one_group_one_name_and_one_redirect(client: Any, filled: Any) -> None:
+    db, made = filled
+    if db.kind != "postgres":
+        pytest.skip("a SQLite table has one spelling")
+    schema = db.schema
+    spellings = [f'"{schema}"."invoices"', f"{schema}.invoices", f'"{schema}".invoices']
+    insert_rows(db, db.q("error"), [(str(uuid.uuid4()), json.dumps({h.FAILED_Q: s, h.EXCEPTION_TYPE: "Boom"}),
+                                     s.encode()) for s in spellings])
+    viewer = as_user("viewer")
+    one = f"{schema}.invoices"
+    groups = client.get(f"{FAILED}/groups", params={"by": "failed_q"}, headers=viewer).json()["groups"]
+    assert [(g["failed_q"], g["count"]) for g in groups] == [(one, 6)]
+    listed = client.get(FAILED, params={"failed_q": groups[0]["filter"]["failed_q"]}, headers=viewer).json()
+    assert len(listed["messages"]) == 6 and {m["failed_q"] for m in listed["messages"]} == {one}
+    for spelling in spellings:  # any spelling filters to the same six
+        same = client.get(FAILED, params={"failed_q": spelling}, headers=viewer).json()["messages"]
+        assert len(same) == 6, spelling
+    paged = client.get(FAILED, params={"failed_q": one, "limit": 4}, headers=viewer).json()
+    rest = client.get(FAILED, params={"failed_q": one, "after": paged["next_after"]}, headers=viewer).json()
+    assert [m["seq"] for m in paged["messages"] + rest["messages"]] == sorted(m["seq"] for m in listed["messages"])
+
+    overview = client.get(f"{PREFIX}/api/overview", headers=viewer).json()
+    (conn,) = [c for c in overview["connections"] if c["conn_id"] == CONN_ID]
+    assert one in [q["queue"] for q in conn["queues"]] and conn["error_queue"] == f"{schema}.error"
+    history = client.get(f"{PREFIX}/api/connections/{CONN_ID}/history", params={"queue": f'"{schema}"."orders"'},
+                         headers=viewer)
+    assert history.status_code == 200 and history.json()["queue"] == f"{schema}.orders", history.text
+    assert [s["depth"] for s in history.json()["samples"]] == [1, 4, 3]
+
+    targets = client.get(BATCH, headers=viewer).json()
+    assert one in targets["queues"] and targets["error_queue"] == f"{schema}.error"
+    from tests.test_dashboard_batch_api import deploy_batch_retry_dag
+
+    deploy_batch_retry_dag()
+    started = client.post(BATCH, json={"failed_q": one, "redirects": {f'"{schema}".invoices': f'"{schema}"."billing"'}},
+                          headers=as_user("op"))
+    assert started.status_code == 200, started.text
+    assert db.transport.count(db.q("error")) == len(made["failed"]) + 3

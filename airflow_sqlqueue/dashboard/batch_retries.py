@@ -26,6 +26,8 @@ from airflow_sqlqueue.maintenance.retry_batches import (
 from airflow_sqlqueue.maintenance.tasks import BadConfigurationError
 from airflow_sqlqueue.transport import SqlQueueTransport
 
+from .queues import canonical
+
 #: States of a run that will do nothing more.
 FINISHED = {"done", "cancelled", "failed"}
 RECENT = 20
@@ -43,7 +45,7 @@ def retry_targets(conn: ConnectionConfig, transport: SqlQueueTransport) -> dict[
     """What the form may offer: the error queue, the configured queues (redirect sources) and those a retry
     may write to (redirect targets)."""
     error_queue, targets, _ = targets_of(conn, transport, None)
-    return {"error_queue": error_queue, "queues": targets}
+    return {"error_queue": canonical(transport, error_queue), "queues": [canonical(transport, q) for q in targets]}
 
 
 def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: dict[str, Any]) -> dict[str, Any]:

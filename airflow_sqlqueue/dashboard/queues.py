@@ -14,15 +14,35 @@ The error queue's depth is its exact row count (retries from the middle leave ga
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_sqlqueue.maintenance.config import ConnectionConfig, MaintenanceConfig, resolve_queues, thresholds_for
 from airflow_sqlqueue.maintenance.health import breaches, recent_samples, sample
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.common.errors import QueueNotFoundError
+from airflow_sqlqueue.transport.common.errors import InvalidAddressError, QueueNotFoundError
 
 DEFAULT_HISTORY_HOURS = 24
+
+
+def canonical(transport: SqlQueueTransport, queue: str) -> str:
+    """The one name the page gives a queue, whatever spelling names it: the schema always given (the database's
+    default filled in), quoted only where needed (``orders``, ``public.orders`` and ``"public"."orders"`` are all
+    ``public.orders`` on PostgreSQL). A text that is not an address of this database is shown as it is."""
+    try:
+        address = transport.address(queue)
+    except (InvalidAddressError, ValueError):
+        return queue
+    if address.schema is None and transport.dialect.default_schema:
+        address = replace(address, schema=transport.dialect.default_schema)
+    return transport.dialect.format_address(address)
+
+
+def configured_name(transport: SqlQueueTransport, queues: list[str], queue: str) -> str | None:
+    """The configured spelling of ``queue`` (any spelling) among ``queues``, or None."""
+    wanted = canonical(transport, queue)
+    return next((q for q in queues if canonical(transport, q) == wanted), None)
 
 
 def net_flow_per_minute(samples: list[dict[str, Any]], now: dict[str, Any] | None = None) -> float | None:
@@ -61,19 +81,21 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
     rows = []
     for queue in resolve_queues(conn, transport):
         thresholds = thresholds_for(config, conn, queue, transport)
-        is_error_queue = queue == error_queue
+        is_error_queue = canonical(transport, queue) == canonical(transport, error_queue)
         try:
             measured = sample(transport, queue)
             if is_error_queue:
                 measured["depth"] = transport.count(queue)
         except QueueNotFoundError:
-            rows.append({"queue": queue, "exists": False, "depth": None, "oldest_age_seconds": None,
+            rows.append({"queue": canonical(transport, queue), "exists": False, "depth": None,
+                         "oldest_age_seconds": None,
                          "thresholds": thresholds, "breaches": ["queue table does not exist"],
                          "net_flow_per_minute": None, "throughput_per_minute": None,
                          "is_error_queue": is_error_queue, "depth_exact": False})
             continue
         except Exception as exc:  # noqa: BLE001 - one queue that cannot be measured must not hide the others
-            rows.append({"queue": queue, "exists": True, "depth": None, "oldest_age_seconds": None,
+            rows.append({"queue": canonical(transport, queue), "exists": True, "depth": None,
+                         "oldest_age_seconds": None,
                          "thresholds": thresholds, "breaches": [f"could not be measured ({type(exc).__name__})"],
                          "net_flow_per_minute": None, "throughput_per_minute": None,
                          "is_error_queue": is_error_queue, "depth_exact": False})
@@ -81,7 +103,7 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
         history = queue_history(config, conn.conn_id, queue, samples_transport)
         live = {"sampled_at": datetime.now(timezone.utc), "depth": measured["depth"]}
         live_seq = {**live, "newest_seq": measured.get("newest_seq")}
-        rows.append({**measured, "exists": True, "thresholds": thresholds,
+        rows.append({**measured, "queue": canonical(transport, queue), "exists": True, "thresholds": thresholds,
                      "breaches": breaches(measured, thresholds),
                      "net_flow_per_minute": net_flow_per_minute(history, live),
                      "throughput_per_minute": throughput_per_minute([*history[-1:], live_seq])[-1],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -87,16 +88,19 @@ def targets_of(conn: ConnectionConfig, transport: SqlQueueTransport,
     if not isinstance(redirects, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                    for k, v in redirects.items()):
         raise BadConfigurationError('param redirects must be an object {"from queue": "to queue"}')
+    same = transport.dialect.same_queue
     canonical = {}
-    for source, destination in redirects.items():
+    for source, destination in redirects.items():  # any spelling of a configured queue names it
         try:
-            source_name, destination_name = transport.name(source), transport.name(destination)
+            source_address, destination_address = transport.address(source), transport.address(destination)
         except ValueError as exc:
             raise BadConfigurationError(f"param redirects: {exc}") from None
-        if source_name not in queues:
+        source_name = next((q for q in queues if same(transport.address(q), source_address)), None)
+        destination_name = next((q for q in targets if same(transport.address(q), destination_address)), None)
+        if source_name is None:
             raise BadConfigurationError(f"param redirects: {source!r} is not a queue of connection "
                                         f"{conn.conn_id!r} (configured: {', '.join(queues)})")
-        if destination_name not in targets:
+        if destination_name is None:
             raise BadConfigurationError(f"param redirects: {destination!r} is not a queue a retry may write to on "
                                         f"connection {conn.conn_id!r} (allowed: {', '.join(targets)})")
         canonical[source_name] = destination_name
@@ -109,7 +113,10 @@ def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, p
     if positions is not None:
         total = len(set(positions))
     else:
-        total = sum(g["count"] for g in transport.failed_groups(error_queue) if where.matches(g))
+        spellings = transport.errors(error_queue).failed_q_spellings(where.failed_q) if where.failed_q else []
+        rest = replace(where, failed_q=None)  # FailedQ in any spelling of the queue
+        total = sum(g["count"] for g in transport.failed_groups(error_queue)
+                    if rest.matches(g) and (not spellings or g.get("failed_q") in spellings))
     return total if plan.max_messages is None else min(total, plan.max_messages)
 
 

@@ -148,7 +148,7 @@ def _connection_overview(config: Any, conn: Any, user: Any) -> dict[str, Any]:
     try:
         with sources.open_transport(conn.conn_id, conn.error_queue) as transport, \
                 sources.open_transport(config.samples_conn_id(conn.conn_id)) as samples:
-            entry["error_queue"] = transport.name(conn.error_queue)
+            entry["error_queue"] = queues.canonical(transport, conn.error_queue)
             entry["queues"] = queues.connection_queues(config, conn, transport, samples)
     except HTTPException:
         raise
@@ -199,19 +199,20 @@ def create_app() -> FastAPI:
                 "connections": [_connection_overview(config, conn, user) for conn in config.connections]}
 
     @app.get("/api/connections/{conn_id}/history")
-    def history(conn_id: str, user: ReaderDep, queue: Annotated[str, Query(min_length=1)],
+    def history(conn_id: str, user: ReaderDep, queue: Annotated[Text, Query(min_length=1, max_length=500)],
                 hours: Annotated[float, Query(gt=0, le=24 * 90)] = queues.DEFAULT_HISTORY_HOURS) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             config = sources.dashboard_config()
             conn = sources.configured_connection(config, conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                name = transport.name(queue)
-                if name not in queues.resolve_queues(conn, transport):
+                shown = queues.canonical(transport, queue)
+                name = queues.configured_name(transport, queues.resolve_queues(conn, transport), queue)
+                if name is None:
                     raise HTTPException(status.HTTP_404_NOT_FOUND,
-                                        f"queue {name!r} is not among the queues of connection {conn_id!r}")
+                                        f"queue {shown!r} is not among the queues of connection {conn_id!r}")
             with sources.open_transport(config.samples_conn_id(conn_id)) as samples_transport:
                 samples = queues.queue_history(config, conn_id, name, samples_transport, hours=hours)
-            return {"conn_id": conn_id, "queue": name, "hours": hours, "samples": queues.history_points(samples),
+            return {"conn_id": conn_id, "queue": shown, "hours": hours, "samples": queues.history_points(samples),
                     "net_flow_per_minute": queues.net_flow_per_minute(samples)}
 
         return _guard(conn_id, work)

@@ -15,9 +15,10 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..common.errors import InvalidAddressError
 from ..dialects import RawRow
 from ..tables.queue import FIRST_SEQ, QueueBook, TableQueue
 from ..tables.session import Session
@@ -155,12 +156,37 @@ class ErrorQueue:
         """Up to ``limit`` failed messages after position ``after_seq``, oldest first, matching ``where``."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
-        params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
-                  "body_bytes": body_bytes, **(where or FailedFilter()).params()}
-        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_page", params,
-                                                                 **self.table.ids).fetchall(),
-                                what=f"list {self.name!r}", read_only=True)
+        where = where or FailedFilter()
+        spellings = self.failed_q_spellings(where.failed_q) if where.failed_q else [where.failed_q]
+        rows: list[Any] = []
+        for spelling in spellings:  # one query per spelling of the queue, merged by position
+            params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
+                      "body_bytes": body_bytes, **replace(where, failed_q=spelling).params()}
+            rows += self.session.run(lambda cur, params=params: self.dialect.execute(
+                cur, "failed_page", params, **self.table.ids).fetchall(), what=f"list {self.name!r}", read_only=True)
+        if len(spellings) > 1:
+            rows = sorted(rows, key=lambda r: int(r[1]))[:limit]
         return [preview(self.dialect, row, headers_chars, body_bytes) for row in rows]
+
+    def failed_q_spellings(self, failed_q: str) -> list[str]:
+        """Every ``NServiceBus.FailedQ`` text in this error queue that names the same queue as ``failed_q`` (``orders``,
+        ``public.orders`` and ``"public"."orders"`` on PostgreSQL), ``failed_q`` first; a text that is not an
+        address of this dialect only itself."""
+        try:
+            wanted = self.dialect.parse_address(failed_q)
+        except (InvalidAddressError, ValueError):
+            return [failed_q]
+        spellings = [failed_q]
+        for group in self.groups():
+            text = group["failed_q"]
+            if not text or text in spellings:
+                continue
+            try:
+                if self.dialect.same_queue(self.dialect.parse_address(text), wanted):
+                    spellings.append(text)
+            except (InvalidAddressError, ValueError):
+                continue
+        return spellings
 
     def rows(self, page: int = WALK_BATCH) -> Iterator[RawRow]:
         """Every row, oldest first, read page by page without taking any."""
