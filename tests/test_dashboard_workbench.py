@@ -231,3 +231,38 @@ def test_one_queue_in_three_spellings_is_one_group_one_name_and_one_redirect(cli
                           headers=as_user("op"))
     assert started.status_code == 200, started.text
     assert db.transport.count(db.q("error")) == len(made["failed"]) + 3
+
+
+# -- no server path in any text -----------------------------------------------------------------------------
+def test_no_status_line_or_error_shows_a_server_path(client: Any, filled: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.models import Variable
+
+    db, _ = filled
+    location = tmp_path / "secret-archive-dir"
+    config_file = tmp_path / "secret-config-dir" / "maintenance.json"
+    config_file.parent.mkdir()
+    config_file.write_text(json.dumps({**config_for(db), "archive": {"location": str(location)}}))
+    Variable.delete("sqlqueue_maintenance")  # the file is the configuration
+    monkeypatch.setenv("SQLQUEUE_MAINTENANCE_CONFIG", str(config_file))
+    viewer, op = as_user("viewer"), as_user("op")
+    texts = []
+    overview = client.get(f"{PREFIX}/api/overview", headers=viewer)
+    assert overview.status_code == 200, overview.text
+    assert "configuration file" in overview.json()["source"]
+    texts.append(overview.text)
+    unknown = client.get(f"{PREFIX}/api/connections/nope/failed", headers=viewer)
+    assert unknown.status_code == 404 and "configuration file" in unknown.json()["detail"], unknown.text
+    texts.append(unknown.text)
+    missing = client.get(f"{ARCHIVES}/no-such-archive", headers=viewer)
+    assert 400 <= missing.status_code < 500, missing.text
+    texts.append(missing.text)
+    restore = client.post(f"{ARCHIVES}/no-such-archive/restore", headers=op, json={"ids": None})
+    assert 400 <= restore.status_code < 500, restore.text
+    texts.append(restore.text)
+    config_file.write_text("{ not JSON")
+    broken = client.get(f"{PREFIX}/api/overview", headers=viewer)
+    assert broken.status_code == 500 and "configuration file" in broken.json()["detail"], broken.text
+    texts.append(broken.text)
+    for text in texts:
+        assert str(tmp_path) not in text and "secret-" not in text, text

@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
-from airflow_sqlqueue.maintenance.config import MaintenanceConfigError, retry_targets
+from airflow_sqlqueue.maintenance.config import CONFIG_ENV, MaintenanceConfigError, retry_targets
 from airflow_sqlqueue.transport.common.errors import InvalidAddressError, SqlQueueError
 from airflow_sqlqueue.transport.dialects.connect import DatabaseConnectionError
 from airflow_sqlqueue.transport.errorqueue.error_queue import PositionsNotFoundError, RetryRefusedError
@@ -118,6 +118,41 @@ def public_error(exc: BaseException, conn_id: str) -> str:
             "details are in the API server log")
 
 
+def server_paths() -> dict[str, str]:
+    """Paths of this server that no text sent to the browser may show, each with the words shown instead: the
+    configuration file, the archive location, Airflow's home."""
+    import os
+
+    paths: dict[str, str] = {}
+    config_file = os.environ.get(CONFIG_ENV)
+    if config_file:
+        paths[config_file] = f"the configuration file (${CONFIG_ENV})"
+        paths[os.path.abspath(config_file)] = paths[config_file]
+    try:
+        archive = sources.dashboard_config().archive
+    except Exception:  # noqa: BLE001 - a configuration that cannot be read has no archive location to hide
+        archive = None
+    if archive is not None and archive.location:
+        paths[str(archive.location)] = "the archive location"
+    home = os.environ.get("AIRFLOW_HOME")
+    if home:
+        paths[home] = "$AIRFLOW_HOME"
+    return paths
+
+
+def scrub(text: str, paths: dict[str, str] | None = None) -> str:
+    """``text`` with every server path replaced by what it is (longest first, so a path inside another goes too)."""
+    for path, words in sorted((paths if paths is not None else server_paths()).items(), key=lambda p: -len(p[0])):
+        if len(path) > 1:
+            text = text.replace(path, words)
+    return text
+
+
+def public_source(source: str) -> str:
+    """Where the configuration came from, in words without a path."""
+    return f"the configuration file (${CONFIG_ENV})" if source.startswith("file ") else scrub(source)
+
+
 def _guard(conn_id: str, work: Callable[[], Any]) -> Any:
     """Run ``work`` and turn the errors it may raise into clear HTTP errors."""
     from airflow.exceptions import AirflowNotFoundException
@@ -173,7 +208,8 @@ def create_app() -> FastAPI:
 
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
                                     status_code=status.HTTP_303_SEE_OTHER)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        detail = scrub(exc.detail) if isinstance(exc.detail, str) else exc.detail
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
@@ -195,8 +231,12 @@ def create_app() -> FastAPI:
     @app.get("/api/overview")
     def overview(user: ReaderDep) -> dict[str, Any]:
         config = _guard("", sources.dashboard_config)
-        return {"source": config.source, "user": user.get_name(),
-                "connections": [_connection_overview(config, conn, user) for conn in config.connections]}
+        paths = server_paths()
+        connections = [_connection_overview(config, conn, user) for conn in config.connections]
+        for entry in connections:
+            if entry["error"]:
+                entry["error"] = scrub(entry["error"], paths)
+        return {"source": public_source(config.source), "user": user.get_name(), "connections": connections}
 
     @app.get("/api/connections/{conn_id}/history")
     def history(conn_id: str, user: ReaderDep, queue: Annotated[Text, Query(min_length=1, max_length=500)],
