@@ -266,3 +266,27 @@ def test_no_status_line_or_error_shows_a_server_path(client: Any, filled: Any, t
     texts.append(broken.text)
     for text in texts:
         assert str(tmp_path) not in text and "secret-" not in text, text
+
+
+# -- the overview agrees with itself ------------------------------------------------------------------------
+def test_the_overviews_sent_per_minute_and_net_flow_are_measured_over_one_window(client: Any, filled: Any) -> None:
+    """A queue that grew by 200 in the two minutes before its latest sample (10 s ago), nothing since: net flow
+    +100/min, and sent /min over the same two minutes, 100 (it was 0.00 beside +100, from the last 10 s)."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_sqlqueue.maintenance.health import record_samples, sample
+
+    db, _ = filled
+    billing = db.transport.name(db.q("billing"))
+    measured = sample(db.transport, db.q("billing"))
+    now = datetime.now(timezone.utc)
+    for seconds, depth, seq in ((130, measured["depth"] - 200, measured["newest_seq"] - 200),
+                                (10, measured["depth"], measured["newest_seq"])):
+        record_samples(db.transport, [{"conn_id": CONN_ID, "queue": billing, "depth": depth,
+                                       "oldest_age_seconds": 1.0, "newest_seq": seq}],
+                       db.q("dash_samples"), now=now - timedelta(seconds=seconds))
+    overview = client.get(f"{PREFIX}/api/overview", headers=as_user("viewer")).json()
+    (conn,) = [c for c in overview["connections"] if c["conn_id"] == CONN_ID]
+    (row,) = [q for q in conn["queues"] if q["queue"] == billing]
+    assert row["net_flow_per_minute"] == 100.0
+    assert row["throughput_per_minute"] == 100.0 >= row["net_flow_per_minute"]
