@@ -290,3 +290,20 @@ def test_the_overviews_sent_per_minute_and_net_flow_are_measured_over_one_window
     (row,) = [q for q in conn["queues"] if q["queue"] == billing]
     assert row["net_flow_per_minute"] == 100.0
     assert row["throughput_per_minute"] == 100.0 >= row["net_flow_per_minute"]
+
+
+# -- what the list flags is what a retry refuses ------------------------------------------------------------
+def test_sqlite_rows_with_binary_headers_are_flagged_as_retry_refuses_them(client: Any, filled: Any) -> None:
+    db, _ = filled
+    if db.kind != "sqlite":
+        pytest.skip("only SQLite stores headers with a type of their own")
+    invoices = db.transport.name(db.q("invoices"))
+    headers = json.dumps({h.FAILED_Q: invoices, h.EXCEPTION_TYPE: "BlobHeaders"})
+    insert_rows(db, db.q("error"), [(str(uuid.uuid4()), headers.encode(), b"blob")])  # valid JSON, stored as a BLOB
+    listed = client.get(FAILED, headers=as_user("viewer")).json()
+    (message,) = [m for m in listed["messages"] if m["body_preview"] == "blob"]
+    assert any("stored as binary" in reason and "refuses" in reason for reason in message["bad"]), message["bad"]
+    refused = post(client, "retry", "op", {"messages": [{"seq": message["seq"], "id": message["id"]}]})
+    assert refused.status_code == 409 and "not text" in refused.json()["detail"], refused.text
+    good = client.get(FAILED, params={"exception_type": "TimeoutError"}, headers=as_user("viewer")).json()
+    assert all(m["bad"] == [] for m in good["messages"])

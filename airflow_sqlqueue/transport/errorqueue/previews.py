@@ -128,8 +128,12 @@ class Position:
 
 def preview(dialect: Any, row: Any, headers_chars: int, body_bytes: int) -> FailedPreview:
     (raw_id, seq, failed_q, exception_type, message_type, time_of_failure, exception_message, stack_trace,
-     headers_preview, headers_length, body_preview, body_length) = row
+     headers_preview, headers_length, body_preview, body_length) = row[:12]
+    headers_type = row[12] if len(row) > 12 else "text"  # SQLite's storage type; the other databases: text
     bad: list[str] = []
+    if headers_type != "text":
+        bad.append(f"the headers are stored as {'binary (a BLOB)' if headers_type == 'blob' else headers_type}, "
+                   "not text: a retry refuses them (delete or archive this message)")
     fields = [dialect.header_field(v) for v in (failed_q, exception_type, message_type, time_of_failure,
                                                 exception_message, stack_trace)]
     texts = [clean_text(v) for v in fields]

@@ -219,15 +219,16 @@ SELECT count(*) FROM {queue}
 -- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
 -- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
 -- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
+-- The last column is the headers' storage type (a retry takes only 'text').
 -- Filters: NULL matches any row; %(search)s is text the headers contain (exact case); <field>_missing = 1
 -- matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
 -- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
 SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
        substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
-       body_preview, body_length
+       body_preview, body_length, headers_type
 FROM (
-    SELECT id, seq,
+    SELECT id, seq, typeof(headers) AS headers_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
                AS exception_type,
