@@ -31,7 +31,17 @@ AIRFLOW_HOME = os.environ["AIRFLOW_HOME"]
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_FOLDER))
 
-PG_CONNECTION = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"}
+
+def _pg_connection() -> dict[str, Any]:
+    """The test server as an Airflow connection: the one ``SQLQUEUE_TEST_PG_URL`` names (default: database test)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    return {"conn_type": "postgres", "host": url.hostname or "127.0.0.1", "port": url.port or 5432,
+            "login": url.username or "postgres", "schema": url.path.lstrip("/") or "test"}
+
+
+PG_CONNECTION = _pg_connection()
 
 
 @pytest.fixture(scope="session")

@@ -107,3 +107,40 @@ def test_the_operator_in_a_dag_run_redirects_within_the_rate_and_reports_each_ba
         assert [x["id"] for x in result["left"]] == made["secret"] and transport.count("error") == 2
         assert [b["looked_at"] for b in result["batches"]][:4] == [50, 100, 200, 400]
         rate_held(result, 1_000.0)
+
+
+def test_a_cancel_during_a_rate_limit_wait_stops_before_the_next_batch(db: Db) -> None:
+    """Issue 31: the cancel asked while the run waits for the rate limit is honoured at the end of that wait's
+    next slice (never after the batch the wait was for); a wait of hours is cut into half-second slices."""
+    from airflow_sqlqueue.transport.errorqueue.error_queue import STOP_CHECK_SECONDS
+
+    db.transport.create_queues([db.q("orders"), db.q("error")])
+    fail_into_error(db, {"orders": 6})
+    now = [1_000.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    cancel_at = [math.inf]
+    errors = db.transport.errors(db.q("error"), allowed=[db.q("orders")])
+    records: list[Any] = []
+
+    def on_batch(record: Any) -> None:  # the cancel comes 1 s into the wait for the second batch
+        records.append(record)
+        cancel_at[0] = now[0] + 1.0
+
+    summary = errors.retry_in_batches(BatchPlan(batch_size=2, rate_per_second=0.01), on_batch=on_batch,
+                                      should_stop=lambda: now[0] >= cancel_at[0], clock=lambda: now[0],
+                                      sleep=sleep)
+    assert summary.cancelled and len(records) == 1 and summary.total_returned == 2
+    assert db.transport.count(db.q("error")) == 4 and db.transport.count(db.q("orders")) == 2
+    assert max(slept) <= STOP_CHECK_SECONDS
+    assert now[0] - records[0].finished_at <= 1.0 + STOP_CHECK_SECONDS  # not the 200 s the rate asked
+
+
+@pytest.mark.parametrize("rate", [1e-9, 0.009, 1e300])
+def test_a_rate_outside_the_bounds_is_refused_naming_them(rate: float) -> None:
+    with pytest.raises(ValueError, match=r"from 0\.01 \(one every 100 s\) to 1,000,000"):
+        BatchPlan(rate_per_second=rate)

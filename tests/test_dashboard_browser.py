@@ -349,8 +349,8 @@ def test_error_browser_groups_pages_and_keyboard(server: str, browser: Browser, 
     assert off[0] is True and off[2] == "not-allowed" and on[0] is False and on[1] != off[1]  # looks disabled
 
     browser.js(frame("doc.querySelector('tr.message details').open = true"))
-    stack = browser.js(frame("[doc.querySelector('tr.message pre.stack').innerText, "
-                             "doc.querySelector('tr.message pre.stack').getBoundingClientRect().height]"))
+    stack = browser.js(frame("[doc.querySelector('tr.message-detail pre.stack').innerText, "
+                             "doc.querySelector('tr.message-detail pre.stack').getBoundingClientRect().height]"))
     assert stack[0].count("\n") >= 2 and "\\n" not in stack[0] and stack[1] > 40  # on several lines
     shoot(browser, f"dashboard-errors-{theme}.png")
 
@@ -480,6 +480,19 @@ def test_batched_retry_from_the_page_runs_as_a_task_with_progress_redirect_and_a
     path, _ = queues_file
     made = add_failed(path, "billing", "Throttled", [f'{{"bill": {i}}}' for i in range(12)])
     open_group(browser, server, "light", "Throttled", 12)
+    # a message's details open in a full-width row under it: headers in a table, values on readable lines
+    browser.js(frame("doc.querySelector('tr.message details').open = true"))
+    detail = wait_for("the details row", lambda: browser.js(frame("""(() => {
+      const row = doc.querySelector('tr.message-detail:not([hidden])');
+      const value = row && row.querySelector('table.headers-table td.value');
+      return value && [row.getBoundingClientRect().width, doc.getElementById('messages').getBoundingClientRect().width,
+                       value.getBoundingClientRect().width, value.getBoundingClientRect().height,
+                       row.querySelectorAll('table.headers-table tbody tr').length]; })()""")), timeout=10)
+    assert detail[0] >= detail[1] - 2 and detail[2] > 300 and detail[3] < 40 and detail[4] >= 5, detail
+    browser.js(frame("doc.querySelector('tr.message-detail input.header-filter').value = 'FailedQ'"))
+    browser.js(frame("doc.querySelector('tr.message-detail input.header-filter').dispatchEvent(new Event('input'))"))
+    assert browser.js(frame("[...doc.querySelectorAll('tr.message-detail:not([hidden]) table.headers-table tbody tr')]"
+                            ".filter(r => !r.hidden).map(r => r.dataset.header)")) == ["NServiceBus.FailedQ"]
     run_id = start_from_form(browser, batch_size=5, ramp=2, rate=50, redirect=("billing", "invoices"))
     assert run_shown(browser, run_id)["state"] == "queued" and run_shown(browser, run_id)["by"] == "admin"
     task = run_task(run_id, tmp_path / "task.log")
@@ -489,6 +502,10 @@ def test_batched_retry_from_the_page_runs_as_a_task_with_progress_redirect_and_a
                      timeout=30)  # the page polls while a run is not finished
     assert shown["returned"] == "12 to invoices" and shown["batches"] == "4" and shown["remaining"] == "0"
     assert shown["left"] == "0" and re.match(TIME, shown["started"]) and not shown["cancel"]  # 2 + 4 + 5 + 1
+    # the run's end refreshed the list, the groups and the overview: no returned row is left to act on
+    wait_for("the list without the returned messages", lambda: browser.js(frame(
+        "doc.querySelectorAll('tr.message').length === 0 && "
+        "!doc.querySelector('button.group[data-key=\"Throttled\"]')")), timeout=30)
     with SqlQueueTransport.from_url(f"sqlite:///{path}") as transport:
         back = [str(r.id) for r in transport.browse("invoices", limit=100)]
         assert all(back.count(i) == 1 for i in made) and not set(made) & {str(r.id) for r in transport.browse("error")}
@@ -548,7 +565,7 @@ def test_edit_and_retry_in_the_page(server: str, browser: Browser, theme: str,
     [original] = add_failed(path, "orders", exception, ['{"amount": 1}'], "application/json")
     open_group(browser, server, theme, exception, 1)
     browser.js(frame("doc.querySelector('tr.message details').open = true"))
-    browser.js(frame("doc.querySelector('tr.message button.edit-retry').click()"))
+    browser.js(frame("doc.querySelector('tr.message-detail button.edit-retry').click()"))
     assert browser.js(frame("doc.getElementById('editor').open")) is True
     headers = json.loads(browser.js(frame("doc.getElementById('editor-headers').value")))
     assert headers["NServiceBus.MessageId"] == f"{exception}-0" and "NServiceBus.FailedQ" not in headers

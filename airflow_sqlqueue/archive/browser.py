@@ -40,11 +40,10 @@ def read_archive(location: str, archive_id: str) -> dict[str, Any]:
 def _matches(row: dict[str, Any], after_seq: int, where: FailedFilter) -> bool:
     if row["seq"] <= after_seq:
         return False
-    for name in ("failed_q", "exception_type", "message_type"):
-        wanted = getattr(where, name)
-        if wanted and row[name] != wanted:
-            return False
-    return not where.search or where.search.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
+    if not where.matches(row):
+        return False
+    return not where.search or any(form.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
+                                   for form in where.search_forms().values() if form)
 
 
 def _browse_row(row: dict[str, Any], restored: set[str], not_found: set[int]) -> dict[str, Any]:

@@ -21,9 +21,12 @@ from airflow_sqlqueue.maintenance.retry_batches import (
     plan_of,
     positions_of,
     targets_of,
+    where_of,
 )
 from airflow_sqlqueue.maintenance.tasks import BadConfigurationError
 from airflow_sqlqueue.transport import SqlQueueTransport
+
+from .queues import canonical
 
 #: States of a run that will do nothing more.
 FINISHED = {"done", "cancelled", "failed"}
@@ -42,7 +45,7 @@ def retry_targets(conn: ConnectionConfig, transport: SqlQueueTransport) -> dict[
     """What the form may offer: the error queue, the configured queues (redirect sources) and those a retry
     may write to (redirect targets)."""
     error_queue, targets, _ = targets_of(conn, transport, None)
-    return {"error_queue": error_queue, "queues": targets}
+    return {"error_queue": canonical(transport, error_queue), "queues": [canonical(transport, q) for q in targets]}
 
 
 def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +55,7 @@ def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: 
         plan = plan_of(request)
         _, _, redirects = targets_of(conn, transport, request.get("redirects") or {})
         positions = positions_of(request)
+        where = where_of(request)
     except BadConfigurationError as exc:
         raise ValueError(str(exc)) from None
     conf: dict[str, Any] = {"conn_id": conn.conn_id, "redirects": redirects,
@@ -60,7 +64,40 @@ def checked_conf(conn: ConnectionConfig, transport: SqlQueueTransport, request: 
         conf["positions"] = [{"seq": p.seq, "id": p.id} for p in positions]
     else:
         conf.update({k: request.get(k) or None for k in FILTER_KEYS})
+        conf["missing"] = sorted(where.missing)
     return conf
+
+
+def run_path(run_id: str) -> str:
+    """Where the Airflow UI shows a run of the batched-retry DAG, relative to the UI's base URL."""
+    from urllib.parse import quote
+
+    return f"dags/{DAG_ID}/runs/{quote(run_id, safe='')}"
+
+
+def dag_paused() -> bool | None:
+    """Whether the batched-retry DAG is paused (Airflow pauses a DAG it sees for the first time); None when the
+    DAG is not in the metadata database."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.scalars(select(DagModel.is_paused).where(DagModel.dag_id == DAG_ID)).one_or_none()
+
+
+def unpause() -> None:
+    """Unpause the batched-retry DAG (the caller checked the user may change it)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == DAG_ID).values(is_paused=False))
+
+
+PAUSED_HINT = (f"the DAG {DAG_ID} is paused (Airflow pauses a DAG it has just found), so this run waits: "
+               "unpause the DAG in Airflow (or ask someone who may) and the run starts")
 
 
 def start(conn: ConnectionConfig, transport: SqlQueueTransport, request: dict[str, Any], user_name: str) -> str:
@@ -95,6 +132,7 @@ def _dag_runs(conn_id: str) -> dict[str, dict[str, Any]]:
 def runs(config: MaintenanceConfig, conn_id: str, store: SqlQueueTransport) -> list[dict[str, Any]]:
     """The recent runs on ``conn_id``, newest first, each with its progress (see ``retry_progress.summarize``)."""
     dag_runs = _dag_runs(conn_id)
+    paused = bool(dag_paused())
     ids = list(dict.fromkeys([*dag_runs, *retry_progress.recent_runs(store, conn_id, RECENT)]))[:RECENT]
     out = []
     for run_id in ids:
@@ -102,9 +140,11 @@ def runs(config: MaintenanceConfig, conn_id: str, store: SqlQueueTransport) -> l
         dag_run = dag_runs.get(run_id, {})
         if progress["state"] == "queued" and dag_run.get("dag_run_state") in ("failed", "success"):
             progress["state"] = "failed"  # ended before the task recorded anything
+        waiting = progress["state"] == "queued" and dag_run.get("dag_run_state") == "queued"
         out.append({"run_id": run_id, "dag_run_state": dag_run.get("dag_run_state"),
                     "triggered_by": dag_run.get("triggered_by") or progress["started_by"],
-                    "queued_at": dag_run.get("queued_at"), **progress})
+                    "queued_at": dag_run.get("queued_at"), "run_path": run_path(run_id),
+                    "hint": PAUSED_HINT if waiting and paused else None, **progress})
     return out
 
 

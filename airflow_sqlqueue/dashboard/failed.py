@@ -14,18 +14,26 @@ from typing import Any
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 
+from .queues import canonical
+
 #: What the groups can be counted by: one header field each, or the three together.
 GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_type",),
             "failed_q": ("failed_q",), "all": ("failed_q", "exception_type", "message_type")}
 
 
 def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type") -> dict[str, Any]:
-    """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact."""
+    """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact.
+
+    A field absent or empty is one group, None (the page's "(none)"); each group carries the ``filter`` that lists
+    exactly its messages (``missing`` names its None fields)."""
     if by not in GROUP_BY:
         raise ValueError(f"group by one of {sorted(GROUP_BY)}, not {by!r}")
     keys = GROUP_BY[by]
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for group in transport.failed_groups(error_queue):
+        group = {**group, **{k: group[k] or None for k in keys}}  # absent or empty: one "(none)" group
+        if group.get("failed_q"):  # one queue, one group, whatever spelling its messages carry
+            group["failed_q"] = canonical(transport, group["failed_q"])
         key = tuple(group[k] for k in keys)
         into = merged.setdefault(key, {**{k: group[k] for k in keys}, "count": 0, "first_failure": None,
                                        "last_failure": None})
@@ -34,7 +42,10 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
             values = [v for v in (into[name], group[name]) if v]
             into[name] = pick(values) if values else None
     groups = sorted(merged.values(), key=lambda g: (-g["count"], *[str(g[k] or "") for k in keys]))
-    return {"error_queue": transport.name(error_queue), "by": by, "total": transport.count(error_queue),
+    for group in groups:  # what the page sends to list (or retry, or archive) exactly this group
+        group["filter"] = {**{k: group[k] for k in keys if group[k] is not None},
+                           "missing": [k for k in keys if group[k] is None]}
+    return {"error_queue": canonical(transport, error_queue), "by": by, "total": transport.count(error_queue),
             "grouped": sum(g["count"] for g in groups), "groups": groups}
 
 
@@ -42,8 +53,12 @@ def failed_messages(transport: SqlQueueTransport, error_queue: str, *, after_seq
                     where: FailedFilter) -> dict[str, Any]:
     """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page."""
     page = transport.failed_page(error_queue, after_seq=after_seq, limit=limit, where=where)
-    return {"error_queue": transport.name(error_queue), "after": after_seq, "limit": limit,
-            "messages": [m.as_dict() for m in page],
+    messages = [m.as_dict() for m in page]
+    for message in messages:
+        if message["failed_q"]:
+            message["failed_q"] = canonical(transport, message["failed_q"])
+    return {"error_queue": canonical(transport, error_queue), "after": after_seq, "limit": limit,
+            "messages": messages,
             "next_after": page[-1].seq if len(page) == limit else None}
 
 

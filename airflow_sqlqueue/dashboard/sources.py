@@ -48,8 +48,9 @@ def configured_connection(config: MaintenanceConfig, conn_id: str) -> Connection
     for conn in config.connections:
         if conn.conn_id == conn_id:
             return conn
+    where = "the configuration file" if config.source.startswith("file ") else config.source
     raise UnknownConnectionError(f"connection {conn_id!r} is not in the SQL queue configuration "
-                                 f"({config.source}); known: {[c.conn_id for c in config.connections]}")
+                                 f"({where}); known: {[c.conn_id for c in config.connections]}")
 
 
 @contextmanager

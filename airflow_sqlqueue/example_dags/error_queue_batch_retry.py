@@ -14,7 +14,8 @@ Started from the **SQL Queues** page (Retry in batches) or by hand. Returns fail
 starting with batches of `ramp_start` doubled up to `batch_size`. `redirects` sends retries for queue A to queue B.
 
 * **Selection**: `positions` (`[{"seq": n, "id": "..."}]`, as the page lists them), or the group filters
-  `failed_q`, `exception_type`, `message_type` (none: every message), at most `max_messages`.
+  `failed_q`, `exception_type`, `message_type`, and `missing` (fields a message must not have: the page's
+  "(none)" group; no filter at all: every message), at most `max_messages`.
 * **Where**: `conn_id` must be a connection of the maintenance configuration; messages go only to its configured
   queues (redirect targets too). A run's conf never chooses code or connections.
 * **Progress and audit**: one row per batch in `sqlqueue_retry_progress` beside the health samples (who started
@@ -35,6 +36,10 @@ with DAG(
         "failed_q": Param(None, type=["null", "string"], title="Only messages that failed in this queue"),
         "exception_type": Param(None, type=["null", "string"], title="Only this exception type"),
         "message_type": Param(None, type=["null", "string"], title="Only this message type"),
+        "missing": Param([], type="array", items={"type": "string", "enum": ["failed_q", "exception_type",
+                                                                              "message_type"]},
+                         title="Only messages without these fields",
+                         description='e.g. ["exception_type"]: the "(none)" group of the SQL Queues page'),
         "positions": Param([], type="array", items={"type": "object"}, title="Only these positions",
                            description='[{"seq": n, "id": "..."}] as the SQL Queues page lists them'),
         "batch_size": Param(500, type="integer", minimum=1, maximum=10_000, title="Batch size"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -42,6 +43,18 @@ def plan_of(params: dict[str, Any]) -> BatchPlan:
     try:
         return BatchPlan(**{k: params[k] for k in PLAN_KEYS if params.get(k) is not None})
     except (TypeError, ValueError) as exc:
+        raise BadConfigurationError(f"param {exc}") from None
+
+
+def where_of(params: dict[str, Any]) -> FailedFilter:
+    """The group filter from the params (``failed_q``, ``exception_type``, ``message_type``, and ``missing``: the
+    fields a message must not have); BadConfigurationError names the wrong one."""
+    missing = params.get("missing") or []
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        raise BadConfigurationError(f"param missing must be a list of field names ({', '.join(FILTER_KEYS)})")
+    try:
+        return FailedFilter(*(params.get(k) or None for k in FILTER_KEYS), missing=frozenset(missing))
+    except ValueError as exc:
         raise BadConfigurationError(f"param {exc}") from None
 
 
@@ -75,16 +88,19 @@ def targets_of(conn: ConnectionConfig, transport: SqlQueueTransport,
     if not isinstance(redirects, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                    for k, v in redirects.items()):
         raise BadConfigurationError('param redirects must be an object {"from queue": "to queue"}')
+    same = transport.dialect.same_queue
     canonical = {}
-    for source, destination in redirects.items():
+    for source, destination in redirects.items():  # any spelling of a configured queue names it
         try:
-            source_name, destination_name = transport.name(source), transport.name(destination)
+            source_address, destination_address = transport.address(source), transport.address(destination)
         except ValueError as exc:
             raise BadConfigurationError(f"param redirects: {exc}") from None
-        if source_name not in queues:
+        source_name = next((q for q in queues if same(transport.address(q), source_address)), None)
+        destination_name = next((q for q in targets if same(transport.address(q), destination_address)), None)
+        if source_name is None:
             raise BadConfigurationError(f"param redirects: {source!r} is not a queue of connection "
                                         f"{conn.conn_id!r} (configured: {', '.join(queues)})")
-        if destination_name not in targets:
+        if destination_name is None:
             raise BadConfigurationError(f"param redirects: {destination!r} is not a queue a retry may write to on "
                                         f"connection {conn.conn_id!r} (allowed: {', '.join(targets)})")
         canonical[source_name] = destination_name
@@ -97,10 +113,10 @@ def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, p
     if positions is not None:
         total = len(set(positions))
     else:
-        wanted = {k: v for k, v in (("failed_q", where.failed_q), ("exception_type", where.exception_type),
-                                    ("message_type", where.message_type)) if v}
+        spellings = transport.errors(error_queue).failed_q_spellings(where.failed_q) if where.failed_q else []
+        rest = replace(where, failed_q=None)  # FailedQ in any spelling of the queue
         total = sum(g["count"] for g in transport.failed_groups(error_queue)
-                    if all(g.get(k) == v for k, v in wanted.items()))
+                    if rest.matches(g) and (not spellings or g.get("failed_q") in spellings))
     return total if plan.max_messages is None else min(total, plan.max_messages)
 
 
@@ -115,7 +131,7 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
     conn = config.connection(conn_id)
     plan = plan_of(params)
     positions = positions_of(params)
-    where = FailedFilter(*(params.get(k) or None for k in FILTER_KEYS))
+    where = where_of(params)
     with transport_for(conn_id, conn.error_queue) as transport, \
             transport_for(config.samples_conn_id(conn_id)) as store:
         error_queue, targets, redirects = targets_of(conn, transport, params.get("redirects"))
@@ -130,8 +146,9 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
             note("start", user_name=started_by, detail={
                 "plan": {k: getattr(plan, k) for k in PLAN_KEYS},
                 "selection": {"positions": len(positions)} if positions is not None else
-                {k: v for k, v in zip(FILTER_KEYS, (where.failed_q, where.exception_type, where.message_type),
-                                      strict=True) if v},
+                {**{k: v for k, v in zip(FILTER_KEYS, (where.failed_q, where.exception_type, where.message_type),
+                                         strict=True) if v},
+                 **({"missing": sorted(where.missing)} if where.missing else {})},
                 "redirects": redirects, "allowed": targets,
                 "to_do": to_do(transport, error_queue, where, positions, plan)})
         log.info("retrying from %s on %s to %s (redirects %s), plan %s", error_queue, conn_id, targets, redirects,

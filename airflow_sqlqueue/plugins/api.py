@@ -34,13 +34,14 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field
 
 from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import batch_retries, failed, queues, sources
 from airflow_sqlqueue.extras import DISTRIBUTION
-from airflow_sqlqueue.maintenance.config import MaintenanceConfigError, retry_targets
+from airflow_sqlqueue.maintenance.config import CONFIG_ENV, MaintenanceConfigError, retry_targets
 from airflow_sqlqueue.transport.common.errors import InvalidAddressError, SqlQueueError
 from airflow_sqlqueue.transport.dialects.connect import DatabaseConnectionError
 from airflow_sqlqueue.transport.errorqueue.error_queue import PositionsNotFoundError, RetryRefusedError
@@ -48,7 +49,8 @@ from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Positio
 from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from .archive_api import archive_router
-from .auth import EditorDep, ReaderDep, can_edit
+from .auth import EditorDep, ReaderDep, can_change_dag, can_edit
+from .texts import MAX_SEQ, Field_, Text
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
@@ -60,15 +62,15 @@ MAX_PAGE = 500
 class Chosen(BaseModel):
     """One failed message by position and native Id, as a page lists it."""
 
-    seq: int = Field(ge=1, le=2**63 - 1)
-    id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=1, le=MAX_SEQ)
+    id: Text = Field(min_length=1, max_length=100)
 
 
 class Edit(BaseModel):
     """An edited copy of one failed message: new headers and/or a new body (text; None keeps the original)."""
 
-    seq: int = Field(ge=1, le=2**63 - 1)
-    id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=1, le=MAX_SEQ)
+    id: Text = Field(min_length=1, max_length=100)
     headers: dict[str, str | None] | None = None
     body: str | None = Field(default=None, max_length=10_000_000)
 
@@ -77,20 +79,21 @@ class BatchRetryRequest(BaseModel):
     """A batched retry as the page asks for it: positions or a group filter, the plan, redirects (values only)."""
 
     positions: list[Chosen] = Field(default_factory=list, max_length=MAX_SELECTED)
-    failed_q: str | None = Field(default=None, max_length=500)
-    exception_type: str | None = Field(default=None, max_length=500)
-    message_type: str | None = Field(default=None, max_length=500)
+    failed_q: Text | None = Field(default=None, max_length=500)
+    exception_type: Text | None = Field(default=None, max_length=500)
+    message_type: Text | None = Field(default=None, max_length=500)
+    missing: list[Field_] = Field(default_factory=list, max_length=3)
     batch_size: int = 500
     ramp_start: int | None = None
-    rate_per_second: float | None = None
+    rate_per_second: float | None = Field(default=None, allow_inf_nan=False)
     max_messages: int | None = None
-    redirects: dict[str, str] = Field(default_factory=dict, max_length=100)
+    redirects: dict[Text, Text] = Field(default_factory=dict, max_length=100)
 
 
 class RunChoice(BaseModel):
     """One batched-retry run, by its DAG run id."""
 
-    run_id: str = Field(min_length=1, max_length=250)
+    run_id: Text = Field(min_length=1, max_length=250)
 
 
 class Selection(BaseModel):
@@ -114,6 +117,41 @@ def public_error(exc: BaseException, conn_id: str) -> str:
     log.warning("SQL queues dashboard: connection %r failed: %s", conn_id, exc)  # the password is blanked
     return (f"the database of connection {conn_id!r} could not be used ({type(exc).__name__}); "
             "details are in the API server log")
+
+
+def server_paths() -> dict[str, str]:
+    """Paths of this server that no text sent to the browser may show, each with the words shown instead: the
+    configuration file, the archive location, Airflow's home."""
+    import os
+
+    paths: dict[str, str] = {}
+    config_file = os.environ.get(CONFIG_ENV)
+    if config_file:
+        paths[config_file] = f"the configuration file (${CONFIG_ENV})"
+        paths[os.path.abspath(config_file)] = paths[config_file]
+    try:
+        archive = sources.dashboard_config().archive
+    except Exception:  # noqa: BLE001 - a configuration that cannot be read has no archive location to hide
+        archive = None
+    if archive is not None and archive.location:
+        paths[str(archive.location)] = "the archive location"
+    home = os.environ.get("AIRFLOW_HOME")
+    if home:
+        paths[home] = "$AIRFLOW_HOME"
+    return paths
+
+
+def scrub(text: str, paths: dict[str, str] | None = None) -> str:
+    """``text`` with every server path replaced by what it is (longest first, so a path inside another goes too)."""
+    for path, words in sorted((paths if paths is not None else server_paths()).items(), key=lambda p: -len(p[0])):
+        if len(path) > 1:
+            text = text.replace(path, words)
+    return text
+
+
+def public_source(source: str) -> str:
+    """Where the configuration came from, in words without a path."""
+    return f"the configuration file (${CONFIG_ENV})" if source.startswith("file ") else scrub(source)
 
 
 def _guard(conn_id: str, work: Callable[[], Any]) -> Any:
@@ -149,7 +187,7 @@ def _connection_overview(config: Any, conn: Any, user: Any) -> dict[str, Any]:
     try:
         with sources.open_transport(conn.conn_id, conn.error_queue) as transport, \
                 sources.open_transport(config.samples_conn_id(conn.conn_id)) as samples:
-            entry["error_queue"] = transport.name(conn.error_queue)
+            entry["error_queue"] = queues.canonical(transport, conn.error_queue)
             entry["queues"] = queues.connection_queues(config, conn, transport, samples)
     except HTTPException:
         raise
@@ -174,7 +212,15 @@ def create_app() -> FastAPI:
 
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
                                     status_code=status.HTTP_303_SEE_OTHER)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        detail = scrub(exc.detail) if isinstance(exc.detail, str) else exc.detail
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        """422 with what was wrong where; the offending value is not echoed (it may be NaN, huge or binary)."""
+        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
 
     @app.get("/", response_class=HTMLResponse)
     def page(user: ReaderDep) -> HTMLResponse:
@@ -189,23 +235,28 @@ def create_app() -> FastAPI:
     @app.get("/api/overview")
     def overview(user: ReaderDep) -> dict[str, Any]:
         config = _guard("", sources.dashboard_config)
-        return {"source": config.source, "user": user.get_name(),
-                "connections": [_connection_overview(config, conn, user) for conn in config.connections]}
+        paths = server_paths()
+        connections = [_connection_overview(config, conn, user) for conn in config.connections]
+        for entry in connections:
+            if entry["error"]:
+                entry["error"] = scrub(entry["error"], paths)
+        return {"source": public_source(config.source), "user": user.get_name(), "connections": connections}
 
     @app.get("/api/connections/{conn_id}/history")
-    def history(conn_id: str, user: ReaderDep, queue: Annotated[str, Query(min_length=1)],
+    def history(conn_id: str, user: ReaderDep, queue: Annotated[Text, Query(min_length=1, max_length=500)],
                 hours: Annotated[float, Query(gt=0, le=24 * 90)] = queues.DEFAULT_HISTORY_HOURS) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             config = sources.dashboard_config()
             conn = sources.configured_connection(config, conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                name = transport.name(queue)
-                if name not in queues.resolve_queues(conn, transport):
+                shown = queues.canonical(transport, queue)
+                name = queues.configured_name(transport, queues.resolve_queues(conn, transport), queue)
+                if name is None:
                     raise HTTPException(status.HTTP_404_NOT_FOUND,
-                                        f"queue {name!r} is not among the queues of connection {conn_id!r}")
+                                        f"queue {shown!r} is not among the queues of connection {conn_id!r}")
             with sources.open_transport(config.samples_conn_id(conn_id)) as samples_transport:
                 samples = queues.queue_history(config, conn_id, name, samples_transport, hours=hours)
-            return {"conn_id": conn_id, "queue": name, "hours": hours, "samples": queues.history_points(samples),
+            return {"conn_id": conn_id, "queue": shown, "hours": hours, "samples": queues.history_points(samples),
                     "net_flow_per_minute": queues.net_flow_per_minute(samples)}
 
         return _guard(conn_id, work)
@@ -221,15 +272,15 @@ def create_app() -> FastAPI:
         return _guard(conn_id, work)
 
     @app.get("/api/connections/{conn_id}/failed")
-    def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0)] = 0,
+    def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-                        failed_q: Annotated[str | None, Query(max_length=500)] = None,
-                        exception_type: Annotated[str | None, Query(max_length=500)] = None,
-                        message_type: Annotated[str | None, Query(max_length=500)] = None,
-                        search: Annotated[str | None, Query(max_length=200)] = None) -> dict[str, Any]:
-        where = FailedFilter(failed_q, exception_type, message_type, search)
-
+                        failed_q: Annotated[Text | None, Query(max_length=500)] = None,
+                        exception_type: Annotated[Text | None, Query(max_length=500)] = None,
+                        message_type: Annotated[Text | None, Query(max_length=500)] = None,
+                        search: Annotated[Text | None, Query(max_length=200)] = None,
+                        missing: Annotated[list[Field_] | None, Query(max_length=3)] = None) -> dict[str, Any]:
         def work() -> dict[str, Any]:
+            where = FailedFilter(failed_q, exception_type, message_type, search, frozenset(missing or ()))
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "edit_retry": _edit_retry_on(),
@@ -311,10 +362,18 @@ def create_app() -> FastAPI:
                         f"the DAG {batch_retries.DAG_ID!r} is not deployed: add the provider's DAG folder "
                         "(airflow_sqlqueue/example_dags) as a DAG bundle, or copy error_queue_batch_retry.py from "
                         "it into the DAGs folder")) from None
+            unpaused, hint = False, None
+            if batch_retries.dag_paused():
+                if can_change_dag(user, batch_retries.DAG_ID):
+                    batch_retries.unpause()
+                    unpaused = True
+                else:
+                    hint = batch_retries.PAUSED_HINT
             audit_log.audit("sqlqueue.batch_retry_started", user.get_name(), {
-                "conn_id": conn_id, "run_id": run_id,
+                "conn_id": conn_id, "run_id": run_id, "unpaused_dag": unpaused,
                 "request": {**request.model_dump(exclude={"positions"}), "positions": len(request.positions)}})
-            return {"conn_id": conn_id, "run_id": run_id}
+            return {"conn_id": conn_id, "run_id": run_id, "run_path": batch_retries.run_path(run_id),
+                    "unpaused_dag": unpaused, "hint": hint}
 
         return _guard(conn_id, work)
 

@@ -39,6 +39,7 @@ from airflow_sqlqueue.dashboard import sources
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .auth import EditorDep, ReaderDep, can_edit
+from .texts import MAX_SEQ, Field_, Text
 
 MAX_PAGE = 500
 MAX_RESTORE_IDS = 10_000
@@ -47,18 +48,19 @@ MAX_RESTORE_IDS = 10_000
 class ArchiveNow(BaseModel):
     """What to archive now: older than some days and/or one group (at least one of them)."""
 
-    older_than_days: float | None = Field(default=None, ge=0, le=100_000)
-    failed_q: str | None = Field(default=None, max_length=500)
-    exception_type: str | None = Field(default=None, max_length=500)
-    message_type: str | None = Field(default=None, max_length=500)
-    search: str | None = Field(default=None, max_length=200)
+    older_than_days: float | None = Field(default=None, ge=0, le=100_000, allow_inf_nan=False)
+    failed_q: Text | None = Field(default=None, max_length=500)
+    exception_type: Text | None = Field(default=None, max_length=500)
+    message_type: Text | None = Field(default=None, max_length=500)
+    search: Text | None = Field(default=None, max_length=200)
+    missing: list[Field_] = Field(default_factory=list, max_length=3)
     max_messages: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
 class Restore(BaseModel):
     """Which archived messages go back: these native ids, or every one (null)."""
 
-    ids: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(default=None,
+    ids: list[Annotated[Text, Field(min_length=1, max_length=100)]] | None = Field(default=None,
                                                                                    max_length=MAX_RESTORE_IDS)
 
 
@@ -109,12 +111,14 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
         return guard(conn_id, work)
 
     @router.get("/api/connections/{conn_id}/archives/{archive_id}")
-    def archive_messages(conn_id: str, archive_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0)] = 0,
+    def archive_messages(conn_id: str, archive_id: str, user: ReaderDep,
+                         after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                          limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-                         failed_q: Annotated[str | None, Query(max_length=500)] = None,
-                         exception_type: Annotated[str | None, Query(max_length=500)] = None,
-                         message_type: Annotated[str | None, Query(max_length=500)] = None,
-                         search: Annotated[str | None, Query(max_length=200)] = None) -> dict[str, Any]:
+                         failed_q: Annotated[Text | None, Query(max_length=500)] = None,
+                         exception_type: Annotated[Text | None, Query(max_length=500)] = None,
+                         message_type: Annotated[Text | None, Query(max_length=500)] = None,
+                         search: Annotated[Text | None, Query(max_length=200)] = None,
+                         missing: Annotated[list[Field_] | None, Query(max_length=3)] = None) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
             summary = read_archive(location, archive_id)
@@ -123,7 +127,8 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
                                                                f"connection {conn_id!r}")
             summary.pop("location", None)
             page = archive_page(location, archive_id, after_seq=after, limit=limit + 1,
-                                where=FailedFilter(failed_q, exception_type, message_type, search))
+                                where=FailedFilter(failed_q, exception_type, message_type, search,
+                                                    frozenset(missing or ())))
             return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "archive": summary,
                     "messages": page[:limit], "next_after": page[limit - 1]["seq"] if len(page) > limit else None}
 
@@ -137,7 +142,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
                 datetime.now(timezone.utc) - timedelta(days=request.older_than_days)
             selection = ArchiveSelection(cutoff=cutoff, where=FailedFilter(
                 request.failed_q or None, request.exception_type or None, request.message_type or None,
-                request.search or None), max_messages=request.max_messages)
+                request.search or None, frozenset(request.missing)), max_messages=request.max_messages)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 result = archive_failed(transport, conn.error_queue, location, selection,
                                         labels={"conn_id": conn_id})

@@ -5,6 +5,8 @@
 - retry and delete: the custom view with ``POST`` **and** ``is_authorized_connection(method="PUT")`` on the
   connection whose database is changed (Simple auth manager: op and admin). The connection check is what tells
   readers from editors under the Simple auth manager, which answers custom-view checks the same for every method.
+- a batched retry on a paused DAG unpauses it when the user may change that DAG (``is_authorized_dag`` with
+  ``PUT``); otherwise the run waits and the page says why.
 
 The user comes from Airflow's own ``get_user`` dependency: the ``Authorization: Bearer`` JWT, or the ``_token``
 cookie the Airflow UI sets (the page in the UI's iframe sends it with each same-origin request).
@@ -16,7 +18,7 @@ from typing import Annotated
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import Depends, HTTPException, Request, status
 
@@ -34,6 +36,11 @@ def can_edit(user: BaseUser, conn_id: str) -> bool:
     return (manager.is_authorized_custom_view(method="POST", resource_name=RESOURCE_NAME, user=user)
             and manager.is_authorized_connection(method="PUT", details=ConnectionDetails(conn_id=conn_id),
                                                  user=user))
+
+
+def can_change_dag(user: BaseUser, dag_id: str) -> bool:
+    """Whether the user may change (pause, unpause) the DAG ``dag_id``."""
+    return get_auth_manager().is_authorized_dag(method="PUT", details=DagDetails(id=dag_id), user=user)
 
 
 def requires_read(user: GetUserDep) -> BaseUser:

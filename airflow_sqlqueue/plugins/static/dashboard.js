@@ -122,6 +122,7 @@ function closePanel() {
   document.getElementById("panel").hidden = true;
   clearTimeout(state.runsTimer);
   state.conn = null;
+  state.runsSeen = undefined;
   document.getElementById("connections").focus();
 }
 
@@ -270,17 +271,71 @@ function shortType(text) {
   return first.length > 80 ? first.slice(0, 80) + "…" : first;
 }
 
+// -- one message's details: a full-width row under it (failure, headers with filter and copy, body) ------------
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (e) {  // no clipboard permission in the iframe: copy through a selected text area
+    const area = el("textarea", { "aria-hidden": "true", style: "position:fixed;left:-9999px" });
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  if (button) { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); }
+}
+
 function headersView(message) {
   if (message.headers) {
-    const list = el("dl", { class: "headers" });
-    for (const [key, value] of Object.entries(message.headers)) {
-      if (key === "NServiceBus.ExceptionInfo.StackTrace") continue;
-      list.append(el("dt", {}, key), el("dd", {}, value === null ? "null" : value));
-    }
-    return list;
+    const rows = Object.entries(message.headers).filter(([key]) => key !== "NServiceBus.ExceptionInfo.StackTrace")
+      .map(([key, value]) => {
+        const text = value === null ? "null" : value;
+        const copy = el("button", { type: "button", class: "btn ghost copy", "aria-label": `copy the value of ${key}` }, "Copy");
+        copy.addEventListener("click", () => copyText(text, copy));
+        return el("tr", { dataset: { header: key } }, el("th", { scope: "row" }, key), el("td", { class: "value" }, text),
+          el("td", {}, copy));
+      });
+    const table = el("table", { class: "grid headers-table" },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "header"), el("th", { scope: "col" }, "value"),
+        el("th", { scope: "col" }, el("span", { class: "skip" }, "copy")))),
+      el("tbody", {}, ...rows));
+    const filter = el("input", { type: "search", class: "header-filter", placeholder: "filter headers",
+      "aria-label": "filter the headers by name or value" });
+    filter.addEventListener("input", () => {
+      const wanted = filter.value.toLowerCase();
+      for (const row of table.tBodies[0].rows) row.hidden = wanted !== "" && !row.textContent.toLowerCase().includes(wanted);
+    });
+    return el("div", {}, el("div", { class: "toolbar" }, filter), table);
   }
   return el("pre", { class: "raw-headers" }, message.headers_preview +
     (message.headers_truncated ? `\n… (${message.headers_length} characters in all)` : ""));
+}
+
+function detailView(message) {
+  const headers = message.headers || {};
+  const edit = state.editRetry && state.canEdit ? el("button", { type: "button", class: "btn edit-retry",
+    onclick: () => openEditor(message) }, "Edit and retry") : null;
+  const conversation = headers["NServiceBus.ConversationId"];
+  const same = conversation ? el("button", { type: "button", class: "btn ghost same-conversation",
+    onclick: () => { document.getElementById("search").value = conversation; state.search = conversation; restart(); } },
+  "Failed messages of the same conversation") : null;
+  const facts = [["Id", message.id], ["position", String(message.seq)], ["failed at", formatTime(message.time_of_failure)],
+    ["failing queue", message.failed_q || "-"], ["exception", message.exception_type || "-"],
+    ["processing endpoint", headers["NServiceBus.ProcessingEndpoint"] || "-"],
+    ["machine", headers["NServiceBus.ProcessingMachine"] || "-"]];
+  const bodyCopy = el("button", { type: "button", class: "btn ghost copy" }, "Copy");
+  bodyCopy.addEventListener("click", () => copyText(message.body_preview, bodyCopy));
+  return el("div", { class: "message-detail-body" },
+    message.bad.length ? el("ul", { class: "bad-reasons" }, ...message.bad.map((r) => el("li", {}, r))) : null,
+    el("div", { class: "toolbar" }, edit, same),
+    el("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+    message.exception_message ? el("div", {}, el("h4", {}, "Exception message"),
+      el("pre", { class: "exception-message" }, message.exception_message)) : null,
+    message.stack_trace ? el("div", {}, el("h4", {}, "Stack trace"), el("pre", { class: "stack" }, message.stack_trace)) : null,
+    el("div", {}, el("h4", {}, "Headers" + (message.headers_truncated ? " (preview)" : "")), headersView(message)),
+    el("div", {}, el("h4", {}, `Body (${message.body_length} bytes${message.body_binary ? ", binary, shown as hex" : ""}` +
+      `${message.body_truncated ? ", preview" : ""}) `, bodyCopy), el("pre", { class: "body" }, message.body_preview)));
 }
 
 function messageRow(message) {
@@ -293,26 +348,45 @@ function messageRow(message) {
   });
   const bad = message.bad.length ? el("span", { class: "badge", title: message.bad.join("; ") }, "bad") : null;
   state.messages.set(key, message);
-  const edit = state.editRetry && state.canEdit ? el("button", { type: "button", class: "btn edit-retry",
-    onclick: () => openEditor(message) }, "Edit and retry") : null;
-  const details = el("details", { class: "more" }, el("summary", {}, message.exception_message
-      ? (message.exception_message.length > 120 ? message.exception_message.slice(0, 120) + "…" : message.exception_message)
-      : "headers and body"),
-    message.bad.length ? el("ul", { class: "bad-reasons" }, ...message.bad.map((r) => el("li", {}, r))) : null,
-    el("div", {}, el("strong", {}, "Id "), message.id, edit ? " " : null, edit),
-    message.stack_trace ? el("div", {}, el("strong", {}, "Stack trace"), el("pre", { class: "stack" }, message.stack_trace)) : null,
-    el("div", {}, el("strong", {}, "Headers" + (message.headers_truncated ? " (preview)" : "")), headersView(message)),
-    el("div", {}, el("strong", {}, `Body (${message.body_length} bytes${message.body_binary ? ", binary, shown as hex" : ""}` +
-      `${message.body_truncated ? ", preview" : ""})`), el("pre", { class: "body" }, message.body_preview)));
-  return el("tr", { class: "message" + (message.bad.length ? " bad" : ""), dataset: { seq: String(message.seq), id: message.id } },
+  const detailRow = el("tr", { class: "message-detail", hidden: true, dataset: { seq: String(message.seq) } },
+    el("td", { colspan: "7" }));
+  // the toggle stays in the row; what it opens is a full-width row under it, built when first opened
+  const toggle = el("details", { class: "more" }, el("summary", {}, message.exception_message
+    ? (message.exception_message.length > 120 ? message.exception_message.slice(0, 120) + "…" : message.exception_message)
+    : "headers and body"));
+  toggle.addEventListener("toggle", () => {
+    if (toggle.open && !detailRow.firstChild.firstChild) detailRow.firstChild.append(detailView(message));
+    detailRow.hidden = !toggle.open;
+  });
+  const row = el("tr", { class: "message" + (message.bad.length ? " bad" : ""), dataset: { seq: String(message.seq), id: message.id } },
     el("td", {}, box), el("td", { class: "num" }, message.seq), el("td", {}, formatTime(message.time_of_failure)),
     el("td", {}, message.failed_q || "-"), el("td", {}, message.exception_type || "-", bad),
-    el("td", {}, shortType(message.message_type)), el("td", {}, details));
+    el("td", {}, shortType(message.message_type)), el("td", {}, toggle));
+  return [row, detailRow];
 }
 
 function groupLabel(group) {
   const value = group[state.groupBy];
   return value === null || value === undefined ? "(none)" : (state.groupBy === "message_type" ? shortType(value) : value);
+}
+
+// -- the filter of a group: {field: value, ..., missing: [fields without a value]} -------------------------------
+function filterKey(filter) {
+  const keys = Object.keys(filter || {}).filter((k) => k !== "missing").sort();
+  return JSON.stringify([keys.map((k) => [k, filter[k]]), [...((filter || {}).missing || [])].sort()]);
+}
+
+function filterWords(filter) {
+  const words = Object.entries(filter).filter(([k]) => k !== "missing").map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+  for (const k of filter.missing || []) words.push(`no ${k.replace("_", " ")}`);
+  return words;
+}
+
+function filterParams(params, filter) {
+  for (const [key, value] of Object.entries(filter)) {
+    if (key === "missing") for (const field of value) params.append("missing", field);
+    else params.set(key, value);
+  }
 }
 
 async function loadGroups() {
@@ -321,12 +395,13 @@ async function loadGroups() {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/failed/groups?by=${state.groupBy}`);
     state.canEdit = data.can_edit;
     state.total = data.total;
-    const active = state.filter[state.groupBy];
+    const active = filterKey(state.filter);
+    // a group's filter comes from the server: the "(none)" group filters to messages without that field
     target.replaceChildren(...data.groups.map((g) => el("button", { type: "button", class: "group", role: "listitem",
-      "aria-pressed": String(active !== undefined && active === g[state.groupBy]),
+      "aria-pressed": String(active === filterKey(g.filter)),
       dataset: { key: g[state.groupBy] === null ? "" : g[state.groupBy] },
       title: `first failure ${formatTime(g.first_failure)}, last ${formatTime(g.last_failure)}`,
-      onclick: () => { state.filter = g[state.groupBy] === null ? {} : { [state.groupBy]: g[state.groupBy] }; restart(); } },
+      onclick: () => { state.filter = g.filter; restart(); } },
       groupLabel(g), el("span", { class: "count" }, g.count))));
     if (!data.groups.length) target.replaceChildren(el("p", {}, "the error queue is empty"));
     return data;
@@ -341,7 +416,7 @@ async function loadPage() {
   const caption = document.getElementById("messages-caption");
   const after = state.cursors[state.page];
   const params = new URLSearchParams({ after: String(after), limit: String(PAGE_SIZE) });
-  for (const [key, value] of Object.entries(state.filter)) params.set(key, value);
+  filterParams(params, state.filter);
   if (state.search) params.set("search", state.search);
   try {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/failed?${params}`);
@@ -350,9 +425,9 @@ async function loadPage() {
     state.failureHeaders = data.failure_headers || [];
     state.next = data.next_after;
     state.messages.clear();
-    body.replaceChildren(...data.messages.map(messageRow));
-    const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
-    if (state.search) filters.push(`headers containing "${state.search}"`);
+    body.replaceChildren(...data.messages.flatMap(messageRow));
+    const filters = filterWords(state.filter);
+    if (state.search) filters.push(`header text containing "${state.search}"`);
     caption.textContent = `${state.total ?? "?"} failed messages in ${data.error_queue}` +
       (filters.length ? `; showing those with ${filters.join(", ")}` : "") +
       `; page ${state.page + 1}: ${data.messages.length} listed`;
@@ -370,7 +445,7 @@ async function loadPage() {
 async function restart() {
   state.cursors = [0];
   state.page = 0;
-  const filters = Object.entries(state.filter).map(([k, v]) => `${k.replace("_", " ")} ${v}`);
+  const filters = filterWords(state.filter);
   document.getElementById("scope-group-label").textContent = filters.length
     ? `every message with ${filters.join(", ")}` : "every message in the error queue";
   await loadGroups();
@@ -519,11 +594,16 @@ async function startBatchRetry(event) {
   }
   if (scope === "selection") request.positions = [...state.selected.values()];
   else Object.assign(request, state.filter);
+  if (state.search && scope !== "selection") {  // a batch takes groups, not a search: say so before starting
+    if (!window.confirm("The batched retry takes the group you chose, not the search: start it anyway?")) return;
+  }
   try {
     const data = await api(`connections/${encodeURIComponent(state.conn)}/batch-retries`, {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request) });
     result.className = "";
-    result.textContent = `started ${data.run_id}`;
+    if (scope === "selection") { state.selected.clear(); updateButtons(); }  // the run handles them now
+    result.replaceChildren(`started `, runLink(data.run_id, data.run_path),
+      data.unpaused_dag ? ` (the DAG was paused: unpaused it)` : "", data.hint ? el("p", { class: "hint" }, data.hint) : "");
   } catch (e) {
     result.className = "error";
     result.textContent = e.message;
@@ -547,6 +627,12 @@ async function cancelRun(runId) {
 
 const FINISHED = new Set(["done", "cancelled", "failed"]);
 
+// A run in the Airflow UI (the page sits at <UI base>/sqlqueue/, the run at <UI base>/dags/<dag>/runs/<run>).
+function runLink(runId, path) {
+  if (!path) return runId;
+  return el("a", { href: new URL("../" + path, location.origin + BASE).href, target: "_top", class: "run-link" }, runId);
+}
+
 function runRow(run) {
   const done = run.to_do ? Math.min(run.looked_at, run.to_do) : 0;
   const bar = run.to_do !== null && run.to_do !== undefined
@@ -558,10 +644,10 @@ function runRow(run) {
   const left = run.left_count ? el("details", { class: "more" }, el("summary", {}, String(run.left_count)),
     el("ul", { class: "left-reasons" }, ...run.left.map((x) => el("li", {}, `${x.id}: ${x.reason}`)))) : "0";
   return el("tr", { class: `run state-${run.state}`, dataset: { run: run.run_id, state: run.state } },
-    el("td", { class: "run-id" }, run.run_id), el("td", {}, run.triggered_by || "-"),
+    el("td", { class: "run-id" }, runLink(run.run_id, run.run_path)), el("td", {}, run.triggered_by || "-"),
     el("td", {}, formatTime(run.started_at || run.queued_at)),
     el("td", { class: "state" }, run.state + (run.cancel_requested_by && run.state !== "cancelled"
-      ? ` (cancel asked by ${run.cancel_requested_by})` : "")),
+      ? ` (cancel asked by ${run.cancel_requested_by})` : ""), run.hint ? el("p", { class: "hint" }, run.hint) : null),
     el("td", {}, bar), el("td", { class: "num batches" }, run.batches_done),
     el("td", { class: "returned" }, returned), el("td", { class: "num left" }, left),
     el("td", { class: "num remaining" }, run.remaining === null ? "-" : run.remaining), el("td", {}, cancel));
@@ -578,6 +664,12 @@ async function loadRuns() {
     document.getElementById("add-redirect").disabled = !data.queues.length;
     body.replaceChildren(...data.runs.map(runRow));
     if (!data.runs.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "10" }, "no batched retries yet")));
+    // a run that returned or ended since the last look changed the error queue: list, groups and overview again
+    const seen = new Map(data.runs.map((r) => [r.run_id, `${r.state}/${r.batches_done}/${r.looked_at}`]));
+    const changed = state.runsSeen !== undefined && [...seen].some(([id, key]) =>
+      state.runsSeen.get(id) !== key && (state.runsSeen.has(id) || FINISHED.has(key.split("/")[0])));
+    state.runsSeen = seen;
+    if (changed) { await loadGroups().then(loadPage); loadOverview(); }
     if (data.runs.some((r) => !FINISHED.has(r.state))) state.runsTimer = setTimeout(loadRuns, 2000);
   } catch (e) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: "10", class: "error" }, e.message)));

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..common.errors import InvalidAddressError
 from ..dialects import RawRow
 from ..tables.queue import FIRST_SEQ, QueueBook, TableQueue
 from ..tables.session import Session
@@ -154,12 +156,37 @@ class ErrorQueue:
         """Up to ``limit`` failed messages after position ``after_seq``, oldest first, matching ``where``."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
-        params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
-                  "body_bytes": body_bytes, **(where or FailedFilter()).params()}
-        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_page", params,
-                                                                 **self.table.ids).fetchall(),
-                                what=f"list {self.name!r}", read_only=True)
+        where = where or FailedFilter()
+        spellings = self.failed_q_spellings(where.failed_q) if where.failed_q else [where.failed_q]
+        rows: list[Any] = []
+        for spelling in spellings:  # one query per spelling of the queue, merged by position
+            params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
+                      "body_bytes": body_bytes, **replace(where, failed_q=spelling).params()}
+            rows += self.session.run(lambda cur, params=params: self.dialect.execute(
+                cur, "failed_page", params, **self.table.ids).fetchall(), what=f"list {self.name!r}", read_only=True)
+        if len(spellings) > 1:
+            rows = sorted(rows, key=lambda r: int(r[1]))[:limit]
         return [preview(self.dialect, row, headers_chars, body_bytes) for row in rows]
+
+    def failed_q_spellings(self, failed_q: str) -> list[str]:
+        """Every ``NServiceBus.FailedQ`` text in this error queue that names the same queue as ``failed_q`` (``orders``,
+        ``public.orders`` and ``"public"."orders"`` on PostgreSQL), ``failed_q`` first; a text that is not an
+        address of this dialect only itself."""
+        try:
+            wanted = self.dialect.parse_address(failed_q)
+        except (InvalidAddressError, ValueError):
+            return [failed_q]
+        spellings = [failed_q]
+        for group in self.groups():
+            text = group["failed_q"]
+            if not text or text in spellings:
+                continue
+            try:
+                if self.dialect.same_queue(self.dialect.parse_address(text), wanted):
+                    spellings.append(text)
+            except (InvalidAddressError, ValueError):
+                continue
+        return spellings
 
     def rows(self, page: int = WALK_BATCH) -> Iterator[RawRow]:
         """Every row, oldest first, read page by page without taking any."""
@@ -417,7 +444,34 @@ class ErrorQueue:
         return self.session.run(work, what=f"restore archived messages into {self.name!r}")
 
 
+#: The deepest nesting of arrays and objects an edited JSON body may have (Python's parser recurses per level).
+MAX_JSON_DEPTH = 200
+_JSON_TOKENS = re.compile(rb'\\.|["\[\]{}]', re.DOTALL)
+
+
+def json_depth_over(text: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` levels deep (strings skipped; one pass
+    over the brackets and quotes, no recursion)."""
+    depth, in_string = 0, False
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token == b'"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
 def _check_json(body: bytes) -> None:
+    if json_depth_over(body):
+        raise EditRefusedError(f"the body nests JSON arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
+                               f"send a body nested at most {MAX_JSON_DEPTH} levels; nothing was changed")
     try:
         json.loads(body)
     except (ValueError, RecursionError) as exc:

@@ -9,6 +9,7 @@ is valid Unicode (lone surrogates replaced), so it can be sent as JSON.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -41,18 +42,54 @@ def clean_text(value: Any) -> tuple[str | None, bool]:
     return text, repaired
 
 
+#: The fields a page can be filtered by (and grouped by).
+FILTER_FIELDS = ("failed_q", "exception_type", "message_type")
+
+
 @dataclass(frozen=True)
 class FailedFilter:
-    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers."""
+    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers;
+    ``missing`` names fields a row must not have (absent or empty: the "(none)" group of that field)."""
 
     failed_q: str | None = None
     exception_type: str | None = None
     message_type: str | None = None
     search: str | None = None
+    missing: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.missing) - set(FILTER_FIELDS)
+        if unknown:
+            raise ValueError(f"missing may name {', '.join(FILTER_FIELDS)}, not {', '.join(sorted(unknown))}")
+        both = [name for name in self.missing if getattr(self, name)]
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: a value and missing at once match nothing; give one")
+        object.__setattr__(self, "missing", frozenset(self.missing))
+
+    def search_forms(self) -> dict[str, str | None]:
+        """``search`` as displayed (a header value parsed) and as it is stored in header JSON: as this provider and
+        NServiceBus write it (``/`` as ``\\/``, upper-case ``\\uXXXX``), and as other JSON writers do (escapes
+        with and without ASCII-only output), so ``application/json`` finds ``application\\/json``."""
+        if not self.search:
+            return {"search": None, "search_wire": None, "search_json": None, "search_ascii": None}
+        wire = h.serialize_headers({"": self.search}, limit=None)[len('{"":"'):-len('"}')]
+        forms = {"search": self.search, "search_wire": wire,
+                 "search_json": json.dumps(self.search, ensure_ascii=False)[1:-1],
+                 "search_ascii": json.dumps(self.search)[1:-1]}
+        return {k: (v if not _SURROGATE.search(v) else self.search) for k, v in forms.items()}
 
     def params(self) -> dict[str, Any]:
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
-                "message_type": self.message_type or None, "search": self.search or None}
+                "message_type": self.message_type or None, **self.search_forms(),
+                **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
+
+    def matches(self, fields: dict[str, Any]) -> bool:
+        """Whether a row (or a group) with these field values is one this filter keeps (search aside)."""
+        for name in FILTER_FIELDS:
+            wanted, value = getattr(self, name), fields.get(name)
+            if (wanted and value != wanted) or (name in self.missing and value):
+                return False
+        return True
 
 
 @dataclass
@@ -91,8 +128,12 @@ class Position:
 
 def preview(dialect: Any, row: Any, headers_chars: int, body_bytes: int) -> FailedPreview:
     (raw_id, seq, failed_q, exception_type, message_type, time_of_failure, exception_message, stack_trace,
-     headers_preview, headers_length, body_preview, body_length) = row
+     headers_preview, headers_length, body_preview, body_length) = row[:12]
+    headers_type = row[12] if len(row) > 12 else "text"  # SQLite's storage type; the other databases: text
     bad: list[str] = []
+    if headers_type != "text":
+        bad.append(f"the headers are stored as {'binary (a BLOB)' if headers_type == 'blob' else headers_type}, "
+                   "not text: a retry refuses them (delete or archive this message)")
     fields = [dialect.header_field(v) for v in (failed_q, exception_type, message_type, time_of_failure,
                                                 exception_message, stack_trace)]
     texts = [clean_text(v) for v in fields]

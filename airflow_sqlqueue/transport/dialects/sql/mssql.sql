@@ -468,7 +468,10 @@ SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 -- failed_page --
 -- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
 -- (never sent whole); grouping fields are read only from valid JSON (ISJSON) of at most one Mi characters, so no
--- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain.
+-- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain;
+-- <field>_missing = 1 matches only rows without that field (absent or empty).
+-- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
 SELECT TOP (%(batch_size)s) f.Id, f.RowVersion, f.failed_q, f.exception_type, f.message_type, f.time_of_failure,
        LEFT(f.exception_message, 2000), LEFT(f.stack_trace, 8000), f.headers_preview, f.headers_length,
        f.body_preview, f.body_length
@@ -493,7 +496,11 @@ FROM (
 WHERE (%(failed_q)s IS NULL OR f.failed_q = %(failed_q)s)
   AND (%(exception_type)s IS NULL OR f.exception_type = %(exception_type)s)
   AND (%(message_type)s IS NULL OR f.message_type = %(message_type)s)
-  AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0)
+  AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0 OR CHARINDEX(%(search_wire)s, f.Headers) > 0
+       OR CHARINDEX(%(search_json)s, f.Headers) > 0 OR CHARINDEX(%(search_ascii)s, f.Headers) > 0)
+  AND (%(failed_q_missing)s = 0 OR f.failed_q IS NULL OR f.failed_q = '')
+  AND (%(exception_type_missing)s = 0 OR f.exception_type IS NULL OR f.exception_type = '')
+  AND (%(message_type_missing)s = 0 OR f.message_type IS NULL OR f.message_type = '')
 ORDER BY f.RowVersion
 
 -- failed_groups --

@@ -400,7 +400,9 @@ SELECT count(*) FROM {queue}
 -- stack trace are the whole JSON string found by pattern in the first MiB of the headers (the provider sends at
 -- most 1,000,000 characters). Plain text functions: no row (bad JSON, a lone surrogate escape, huge headers) can
 -- make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain
--- (exact case).
+-- (exact case); <field>_missing = 1 matches only rows without that field (absent or empty).
+-- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
 SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"'), 2000),
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"'), 8000),
@@ -423,7 +425,12 @@ FROM (
 WHERE (%(failed_q)s::text IS NULL OR f.failed_q = %(failed_q)s::text)
   AND (%(exception_type)s::text IS NULL OR f.exception_type = %(exception_type)s::text)
   AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
-  AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0)
+  AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0
+       OR strpos(f.headers, %(search_wire)s::text) > 0 OR strpos(f.headers, %(search_json)s::text) > 0
+       OR strpos(f.headers, %(search_ascii)s::text) > 0)
+  AND (%(failed_q_missing)s = 0 OR COALESCE(length(f.failed_q), 0) = 0)
+  AND (%(exception_type_missing)s = 0 OR COALESCE(length(f.exception_type), 0) = 0)
+  AND (%(message_type_missing)s = 0 OR COALESCE(length(f.message_type), 0) = 0)
 ORDER BY f.seq
 LIMIT %(batch_size)s
 

@@ -252,12 +252,16 @@ SELECT count(*) FROM {queue}
 -- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
 -- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
 -- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
--- Filters: NULL matches any row; %(search)s is text the headers contain (exact case).
+-- The last column is the headers' storage type (a retry takes only 'text').
+-- Filters: NULL matches any row; %(search)s is text the headers contain (exact case); <field>_missing = 1
+-- matches only rows without that field (absent or empty).
+-- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
 SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
        substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
-       body_preview, body_length
+       body_preview, body_length, headers_type
 FROM (
-    SELECT id, seq,
+    SELECT id, seq, typeof(headers) AS headers_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
                AS exception_type,
@@ -280,7 +284,13 @@ FROM (
 WHERE (%(failed_q)s IS NULL OR f.failed_q = CAST(%(failed_q)s AS BLOB))
   AND (%(exception_type)s IS NULL OR f.exception_type = CAST(%(exception_type)s AS BLOB))
   AND (%(message_type)s IS NULL OR f.message_type = CAST(%(message_type)s AS BLOB))
-  AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0)
+  AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0
+       OR instr(CAST(f.headers AS BLOB), CAST(%(search_wire)s AS BLOB)) > 0
+       OR instr(CAST(f.headers AS BLOB), CAST(%(search_json)s AS BLOB)) > 0
+       OR instr(CAST(f.headers AS BLOB), CAST(%(search_ascii)s AS BLOB)) > 0)
+  AND (%(failed_q_missing)s = 0 OR COALESCE(length(f.failed_q), 0) = 0)
+  AND (%(exception_type_missing)s = 0 OR COALESCE(length(f.exception_type), 0) = 0)
+  AND (%(message_type_missing)s = 0 OR COALESCE(length(f.message_type), 0) = 0)
 ORDER BY f.seq
 LIMIT %(batch_size)s
 
