@@ -31,7 +31,11 @@ AIRFLOW_HOME = os.environ["AIRFLOW_HOME"]
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_FOLDER))
 
-PG_CONNECTION = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"}
+#: The test PostgreSQL server as an Airflow connection: the database of ``SQLQUEUE_TEST_PG_URL`` (default ``test``),
+#: the one the ``db`` fixture creates its schemas in.
+_PG_DATABASE = os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test").rsplit("/", 1)[-1]
+PG_CONNECTION = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
+                 "schema": _PG_DATABASE.split("?", 1)[0] or "test"}
 
 
 @pytest.fixture(scope="session")
