@@ -43,6 +43,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "archive_restored": ("counter", "archived messages put back into the error queue"),
     "trigger_events": ("counter", "trigger events emitted"),
     "trigger_messages": ("counter", "messages carried by the events of the message trigger"),
+    "trigger_refused": ("counter", "messages the message trigger's filter moved to the error queue"),
 }
 
 

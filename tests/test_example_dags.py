@@ -147,3 +147,25 @@ def test_example_asset_watcher_watches_the_configured_queue(monkeypatch: pytest.
     assert (kwargs["conn_id"], kwargs["queue_name"]) == ("events_db", "billing.events")
     assert trigger.shared_stream_key() is not None  # ack mode: rows deleted only after Airflow stored the events
     assert [t.task_id for t in dag.tasks] == ["handle"]
+
+
+def test_the_maintenance_docs_table_gives_each_dag_its_real_schedule() -> None:
+    """docs/maintenance.md lists every shipped DAG with the schedule it has (a copied example keeps it)."""
+    from datetime import timedelta
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    words = {None: "manual", "@daily": "daily", "@hourly": "hourly", timedelta(minutes=10): "every 10 min"}
+    bag = DagBag(dag_folder=str(airflow_env.PROJECT_DAGS_FOLDER))
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "maintenance.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 4 and cells[1].endswith(".py`"):
+            rows[cells[0].strip("`")] = cells[2]
+    assert set(rows) == MAINTENANCE_DAGS | EXAMPLE_DAGS
+    for dag_id, written in rows.items():
+        schedule = bag.dags[dag_id].schedule
+        expected = "messages" if isinstance(schedule, list | tuple) or type(schedule).__name__.startswith("Asset") \
+            else words[schedule]
+        assert written.split(" (")[0] == expected, (dag_id, written, schedule)

@@ -181,3 +181,16 @@ def test_a_run_that_fails_midway_leaves_the_rest_for_the_next(airflow_db, db: Db
     assert again.state == "success"
     assert airflow_env.xcom_value(again, "handle") == {"handled": 8, "skipped": 4}
     assert _done(db, db.q("done")) == Counter(ids[4:])
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres", "mssql"])
+def test_the_inbox_ddl_for_a_dba(dialect: str) -> None:
+    """The statements a DBA runs instead of create_inbox() (no database needed; SQL Server's parse with sqlglot in
+    tests/test_mssql_driver_statements.py)."""
+    from airflow_sqlqueue.transport import SqlQueueTransport
+
+    address = "ops.SqlQueueInbox" if dialect == "postgres" else "SqlQueueInbox"
+    ddl = SqlQueueTransport(lambda: None, dialect, inbox_table=address).inbox.ddl()
+    table, index = ddl.split(";\n")
+    assert table.startswith("CREATE TABLE") and "PRIMARY KEY" in table and "SqlQueueInbox" in table
+    assert "INDEX" in index and "SqlQueueInbox_processed_ix" in index

@@ -145,7 +145,7 @@ def inject_deadlocks(monkeypatch: pytest.MonkeyPatch, db: Db, queue: str, times:
 
 # -- DAG runs ---------------------------------------------------------------------------------------------------
 def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
-                       caplog: pytest.LogCaptureFixture) -> None:
+                       caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     fill_queues(qdb)
     # configuration through the Variable: discovery on the test's connection, small batches
@@ -165,6 +165,8 @@ def test_purge_expired(airflow_db, qdb: Db, monkeypatch: pytest.MonkeyPatch,  # 
     assert count(qdb, q("orders")) == 6 and count(qdb, q("audit")) == 0  # fresh, forever and the poison rows
     assert count(qdb, q("legacy")) == 2
     assert airflow_env.xcom_value(dr, "purge_inbox") == {CONN_ID: 0}  # no inbox table: nothing to purge
+    out, err = capfd.readouterr()  # the task SDK logs through structlog to the process's output
+    assert "XCom not found" not in out + err + caplog.text  # the report reads the mapped results, no ERROR line
     assert calls[0] == 9  # batches 2, 2, 1 after the 6 deadlocks: nothing deleted twice, nothing missed
     # the task log: deadlocks as warnings, each queue's count, and the report's table
     warnings = task_log(caplog, logging.WARNING)

@@ -115,7 +115,7 @@ def test_each_component_emits_its_metrics(statsd: Listener, airflow_db: None, tm
         SqlQueuePublishOperator(task_id="publish", sqlqueue_conn_id=conn, event_type="Sales.OrderPlaced",
                                 body={"n": 1}).execute({})
         message_trigger = SqlQueueMessageTrigger(conn_id=conn, queue_name="events", poll_interval=0.1,
-                                                 event_interval=0)
+                                                 event_interval=0, allow_delete_before_stored=True)
         assert asyncio.run(first_event(message_trigger)).payload["count"] == 1
     lines = statsd.read()
     expected = {f"airflow.sqlqueue.sent.{conn}.orders:3|c", f"airflow.sqlqueue.queue_depth.{conn}.orders:3|g",

@@ -16,7 +16,7 @@ from airflow_sqlqueue.archive.error_archive import ArchiveRefusedError, ArchiveS
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from .config import ArchiveConfig, MaintenanceConfig, MaintenanceConfigError, load_config
-from .tasks import BadConfigurationError, format_table, transport_for
+from .tasks import BadConfigurationError, format_table, gathered, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,6 @@ def archive_error_queue(target: dict[str, Any], params: dict[str, Any] | None) -
 
 def archive_report(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One line per connection in the log; the results."""
-    done = list(results)
+    done = gathered(results)
     log.info("archives:\n%s", format_table(done, ("conn_id", "error_queue", "archive_id", "rows", "deleted")))
     return done

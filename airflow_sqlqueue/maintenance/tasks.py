@@ -85,6 +85,12 @@ def transport_for(conn_id: str, error_queue: str = "error") -> Iterator[SqlQueue
         hook.close()
 
 
+def gathered(results: Sequence[Any]) -> list[Any]:
+    """The results of mapped tasks as a list, read in one slice. Iterating Airflow's lazy sequence asks for one
+    item past the end, which the task SDK logs as ``[error] XCom not found ... offset=N`` on every run."""
+    return list(results[:])
+
+
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """Dicts as a plain-text table for the task log (``None`` shown as ``-``), as the CLI prints them."""
     return table(columns, [["-" if row.get(c) is None else row.get(c) for c in columns] for row in rows])
@@ -157,7 +163,7 @@ def purge_inboxes(params: dict[str, Any] | None) -> dict[str, int]:
 
 def purge_report(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """The per-queue counts as a table in the log; ``{conn_id: {queue: purged}}``."""
-    results = list(results)
+    results = gathered(results)
     log.info("expired messages purged:\n%s", format_table(results, ("conn_id", "queue", "purged")))
     log.info("total purged: %d from %d queues", sum(r["purged"] for r in results), len(results))
     out: dict[str, dict[str, int]] = {}
@@ -198,6 +204,7 @@ def check_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[s
 
 def check_report(results: Sequence[dict[str, Any]], params: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every finding as one table (status ``repaired`` or ``open``); fail if open ones remain and asked to."""
+    results = gathered(results)
     rows = []
     for r in results:
         open_codes = {f["code"] for f in r["remaining"]}
@@ -243,7 +250,7 @@ def health_report(samples: Sequence[dict[str, Any]], params: dict[str, Any] | No
                   context: Any = None) -> list[dict[str, Any]]:
     """Log the samples as a table, record them if configured, alert and fail when a threshold is crossed."""
     config = configuration(params)
-    samples = throughput.record_throughput(samples)
+    samples = throughput.record_throughput(gathered(samples))
     rows = [{**s, "status": "; ".join(s["breaches"]) or "ok"} for s in samples]
     log.info("queue health:\n%s", format_table(
         rows, ("conn_id", "queue", "depth", "oldest_age_seconds", "max_depth", "max_age_seconds", "status")))

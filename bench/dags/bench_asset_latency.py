@@ -25,7 +25,8 @@ EVENT_INTERVAL = float(os.environ["SQLQUEUE_BENCH_EVENT_INTERVAL"])
 
 for setup, queue in QUEUES.items():
     trigger = SqlQueueMessageTrigger(conn_id=CONN_ID, queue_name=queue, poll_interval=POLL_INTERVAL,
-                                     event_interval=EVENT_INTERVAL)
+                                     event_interval=EVENT_INTERVAL,  # the error queue the bench creates beside it
+                                     error_queue=queue.rsplit(".", 1)[0] + '."error"')
     asset = Asset(f"sqlqueue-bench-{setup}", watchers=[AssetWatcher(name=f"bench_{setup}_watcher", trigger=trigger)])
     with DAG(f"bench_asset_{setup}", schedule=[asset], start_date=datetime(2024, 1, 1), catchup=False):
         EmptyOperator(task_id="noop")

@@ -19,6 +19,7 @@ import threading
 from collections import Counter
 from contextlib import redirect_stderr
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -194,7 +195,8 @@ def _airflow_conn(db, monkeypatch) -> str:
 
     conn_id = "hostile_" + uuid.uuid4().hex[:8]
     fields = ({"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]} if db.kind == "sqlite" else
-              {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"})
+              {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
+               "schema": urlsplit(db.url).path.lstrip("/") or "test"})
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
     return conn_id
 

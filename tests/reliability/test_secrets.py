@@ -14,7 +14,7 @@ import json
 import logging
 import traceback
 import uuid
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
 from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.tables.circuit_breaker import CircuitBreaker
+from tests.conftest import PG_URL
 
 from .helpers import insert_raw
 from .workers import InjectedFailure
@@ -178,7 +179,7 @@ def _airflow_conn(monkeypatch, secret: str, port: int = 5432) -> str:
     conn_id = "rel_secret_" + uuid.uuid4().hex[:6]
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
         {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "postgres", "password": secret,
-         "schema": "test", "extra": {"connect_timeout": 2}}))
+         "schema": urlsplit(PG_URL).path.lstrip("/") or "test", "extra": {"connect_timeout": 2}}))
     return conn_id
 
 

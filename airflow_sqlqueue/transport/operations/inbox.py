@@ -102,7 +102,7 @@ class Inbox:
             if self.dialect.is_missing_table(exc):
                 raise QueueNotFoundError(
                     f"the inbox table {self.name!r} does not exist; create it with SqlQueueTransport.create_inbox() "
-                    "or `sqlqueue ddl --inbox` for a DBA") from exc
+                    "(or have a DBA run the statements of transport.inbox.ddl())") from exc
             raise
         return bool(count and count > 0)
 

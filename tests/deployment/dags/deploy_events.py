@@ -13,7 +13,11 @@ from airflow_sqlqueue.triggers.sqlqueue import SqlQueueMessageTrigger, event_mes
 QUEUE = os.environ["SQLQUEUE_DEPLOY_QUEUE"]
 HANDLED = os.environ["SQLQUEUE_DEPLOY_HANDLED"]
 
-trigger = SqlQueueMessageTrigger(conn_id="sqlqueue_default", queue_name=QUEUE, poll_interval=1.0)
+#: The error queue beside the queue (the test's schema): the trigger refuses to start without an existing one.
+ERROR_QUEUE = QUEUE.rsplit(".", 1)[0] + '."error"' if QUEUE.startswith('"') else "error"
+
+trigger = SqlQueueMessageTrigger(conn_id="sqlqueue_default", queue_name=QUEUE, poll_interval=1.0,
+                                 error_queue=ERROR_QUEUE)
 events = Asset("sqlqueue-deploy-events", watchers=[AssetWatcher(name="deploy_events_watcher", trigger=trigger)])
 
 with DAG("deploy_events", schedule=[events], start_date=datetime(2024, 1, 1), catchup=False):
