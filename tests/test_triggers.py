@@ -46,8 +46,7 @@ def airflow_conn(db: Db, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> s
     if db.kind == "sqlite":
         fields: dict[str, Any] = {"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]}
     else:
-        fields = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
-                  "schema": "test"}
+        fields = tests.airflow_env.pg_connection_fields()
     fields.update(overrides)
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
     return conn_id

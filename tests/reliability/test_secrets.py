@@ -174,11 +174,13 @@ def test_airflow_hook_errors_and_logs_free_of_the_password(monkeypatch, caplog):
 
 
 # -- triggers (the triggerer logs and stores event payloads: both must be free of the password) -----------------
-def _airflow_conn(monkeypatch, secret: str, port: int = 5432) -> str:
+def _airflow_conn(monkeypatch, secret: str, port: int | None = None) -> str:
+    """The test database (SQLQUEUE_TEST_PG_URL) with ``secret`` as its password; ``port`` for a closed one."""
+    import tests.airflow_env
+
     conn_id = "rel_secret_" + uuid.uuid4().hex[:6]
-    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
-        {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "postgres", "password": secret,
-         "schema": "test", "extra": {"connect_timeout": 2}}))
+    fields = {**tests.airflow_env.PG_CONNECTION, "password": secret, "extra": {"connect_timeout": 2}}
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps({**fields, **({"port": port} if port else {})}))
     return conn_id
 
 
