@@ -504,3 +504,33 @@ def test_progress_bars_only_on_a_terminal_and_never_with_json(tmp_path: Path):
         assert piped.err == "" and piped.out == "sent 2500 messages to orders\n"
         code, out, screen = run_on_terminal(["--url", db.url, "purge-expired", "orders"])
         assert code == 0 and "purging orders" in screen and out.split()[-2:] == ["orders", "0"]
+
+
+@pytest.mark.parametrize("password", ['pa"ss', "pa'ss", "pa ss", "p'a \"s s", "p%20a'ss", "pa ss?x=1 y"])
+def test_no_error_repeats_a_password_holding_a_quote_or_a_space(password: str) -> None:
+    """A URL given where the command was expected, after the queue, with --url=, refused by the server, or
+    malformed (an unencoded '?' in the password): no usage error, error line or --debug traceback repeats it."""
+    import contextlib
+    import io
+    from urllib.parse import unquote
+
+    from airflow_sqlqueue.cli.main import main
+
+    url = f"postgresql://app:{password}@127.0.0.1:1/test?connect_timeout=2"
+    connecting = 2 if "?" in password else 3  # a '?' in the password ends the host part: a bad URL
+    texts = []
+    for argv, code in [([url, "peek", "orders"], 2), (["peek", "orders", url], 2), (["peek", url], 2),
+                       (["--url", url, "peek", "orders", "--max", "x"], 2), ([f"--url={url}", "nosuch"], 2),
+                       (["--url", url, "peek", "orders"], connecting),
+                       (["--debug", "--url", url, "peek", "orders"], connecting),
+                       (["--url", url.replace(f":{password}@", "@") + "&password=" + password, "list"], 3)]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+            assert main(argv) == code, err.getvalue()
+        texts.append(err.getvalue())
+    assert "invalid choice: " in texts[0] and "postgresql://app:***@127.0.0.1:1/test?connect_timeout=2" in texts[0]
+    assert "unrecognized arguments: postgresql://app:***@" in texts[1], texts[1]
+    assert "Traceback" in texts[6] and all(text.count("sqlqueue: error: ") == 1 for text in texts), texts
+    for secret in {password, unquote(password), repr(password)[1:-1]} | set(password.split()):
+        assert not [text for text in texts if secret in text and len(secret) > 2], (secret, texts)
+
