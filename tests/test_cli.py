@@ -534,3 +534,38 @@ def test_no_error_repeats_a_password_holding_a_quote_or_a_space(password: str) -
     for secret in {password, unquote(password), repr(password)[1:-1]} | set(password.split()):
         assert not [text for text in texts if secret in text and len(secret) > 2], (secret, texts)
 
+
+def test_check_shows_what_it_could_not_check_and_exits_0_for_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A part of the check the engine did not allow (Babelfish has no sys.allocation_units) is reported, not failed."""
+    import argparse
+
+    from airflow_sqlqueue.cli import commands
+    from airflow_sqlqueue.transport import Finding
+
+    class StandInTransport:
+        """Not a transport: answers check() as one on an engine without sys.allocation_units does."""
+
+        def __init__(self, problem: bool) -> None:
+            self.problem = problem
+
+        def name(self, queue: str) -> str:
+            return queue
+
+        def exists(self, queue: str) -> bool:
+            return True
+
+        def check(self, queue: str, *, repair: bool = False) -> list[Finding]:
+            found = [Finding(queue, "heap_bloat_not_checked", "heap bloat not checked: no sys.allocation_units",
+                             not_checked=True)]
+            return found + ([Finding(queue, "missing_seq_index", "no index on RowVersion")] if self.problem else [])
+
+    args = argparse.Namespace(all=False, queues=["orders"], repair=False, json=False)
+    assert commands.check(StandInTransport(problem=False), args) == 0  # type: ignore[arg-type]
+    assert "heap_bloat_not_checked  not checked" in capsys.readouterr().out
+    assert commands.check(StandInTransport(problem=True), args) == 1  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "missing_seq_index       manual" in out and "not checked" in out
+    args.json = True
+    assert commands.check(StandInTransport(problem=False), args) == 0  # type: ignore[arg-type]
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["code"] == "heap_bloat_not_checked" and row["not_checked"] is True and row["repairable"] is False
