@@ -11,10 +11,10 @@ Airflow prefixes the name with ``[metrics] statsd_prefix`` or ``otel_prefix`` (`
 kinds and emitters are listed in docs/metrics.md (:data:`METRICS` is the same list, checked by the tests).
 
 The client is Airflow's public one, ``airflow.sdk.observability.stats`` (the import Airflow documents for
-custom metrics from tasks, plugins and operators). Airflow sets it up from ``[metrics]`` in every process that
-loads the task SDK: the task runner at the start of each task, and the triggerer, the API server and a
-``dag.test()`` process when the SDK loads. No private Airflow module is imported. A metric that cannot be sent
-is dropped (and logged at debug level); it never fails the work it describes.
+custom metrics from tasks, plugins and operators). Airflow sets it up from ``[metrics]`` when the task SDK's
+serialisation module loads, which importing this client does in any process (the triggerer, the API server, a
+``dag.test()`` process), and again at the start of each task. No private Airflow module is imported. A metric
+that cannot be sent is dropped (and logged at debug level); it never fails the work it describes.
 """
 
 from __future__ import annotations

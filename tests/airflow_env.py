@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pytest
 
@@ -31,17 +32,28 @@ AIRFLOW_HOME = os.environ["AIRFLOW_HOME"]
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(DAGS_FOLDER))
 
-
-def _pg_connection() -> dict[str, Any]:
-    """The test server as an Airflow connection: the one ``SQLQUEUE_TEST_PG_URL`` names (default: database test)."""
-    from urllib.parse import urlsplit
-
-    url = urlsplit(os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"))
-    return {"conn_type": "postgres", "host": url.hostname or "127.0.0.1", "port": url.port or 5432,
-            "login": url.username or "postgres", "schema": url.path.lstrip("/") or "test"}
+#: The test PostgreSQL server and database (the same URL as tests/conftest.py's ``PG_URL``).
+PG_URL = os.environ.get("SQLQUEUE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-PG_CONNECTION = _pg_connection()
+def pg_connection_fields(url: str = PG_URL) -> dict[str, Any]:
+    """The fields of an Airflow ``postgres`` connection to ``url`` (a libpq URL; its query becomes the extra)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    fields: dict[str, Any] = {"conn_type": "postgres", "host": parts.hostname or "127.0.0.1",
+                              "port": parts.port or 5432, "login": unquote(parts.username or "postgres"),
+                              "schema": unquote(parts.path.lstrip("/")) or "postgres"}
+    password = unquote(parts.password) if parts.password else query.pop("password", None)
+    if password:
+        fields["password"] = password
+    if query:
+        fields["extra"] = query
+    return fields
+
+
+#: The test database as Airflow connection fields; OpenLineage names it ``postgres://<host>:<port>``.
+PG_CONNECTION = pg_connection_fields()
+PG_NAMESPACE = f"postgres://{PG_CONNECTION['host']}:{PG_CONNECTION['port']}"
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +77,7 @@ def sqlite_connection(conn_id: str, path: str | Path) -> str:
 
 
 def postgres_connection(conn_id: str, **overrides: Any) -> str:
-    """A ``postgres`` connection to the test server on 127.0.0.1:5432 (database ``test``)."""
+    """A ``postgres`` connection to the test database (``SQLQUEUE_TEST_PG_URL``)."""
     return set_connection(conn_id, {**PG_CONNECTION, **overrides})
 
 

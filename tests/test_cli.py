@@ -504,3 +504,68 @@ def test_progress_bars_only_on_a_terminal_and_never_with_json(tmp_path: Path):
         assert piped.err == "" and piped.out == "sent 2500 messages to orders\n"
         code, out, screen = run_on_terminal(["--url", db.url, "purge-expired", "orders"])
         assert code == 0 and "purging orders" in screen and out.split()[-2:] == ["orders", "0"]
+
+
+@pytest.mark.parametrize("password", ['pa"ss', "pa'ss", "pa ss", "p'a \"s s", "p%20a'ss", "pa ss?x=1 y"])
+def test_no_error_repeats_a_password_holding_a_quote_or_a_space(password: str) -> None:
+    """A URL given where the command was expected, after the queue, with --url=, refused by the server, or
+    malformed (an unencoded '?' in the password): no usage error, error line or --debug traceback repeats it."""
+    import contextlib
+    import io
+    from urllib.parse import unquote
+
+    from airflow_sqlqueue.cli.main import main
+
+    url = f"postgresql://app:{password}@127.0.0.1:1/test?connect_timeout=2"
+    connecting = 2 if "?" in password else 3  # a '?' in the password ends the host part: a bad URL
+    texts = []
+    for argv, code in [([url, "peek", "orders"], 2), (["peek", "orders", url], 2), (["peek", url], 2),
+                       (["--url", url, "peek", "orders", "--max", "x"], 2), ([f"--url={url}", "nosuch"], 2),
+                       (["--url", url, "peek", "orders"], connecting),
+                       (["--debug", "--url", url, "peek", "orders"], connecting),
+                       (["--url", url.replace(f":{password}@", "@") + "&password=" + password, "list"], 3)]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+            assert main(argv) == code, err.getvalue()
+        texts.append(err.getvalue())
+    assert "invalid choice: " in texts[0] and "postgresql://app:***@127.0.0.1:1/test?connect_timeout=2" in texts[0]
+    assert "unrecognized arguments: postgresql://app:***@" in texts[1], texts[1]
+    assert "Traceback" in texts[6] and all(text.count("sqlqueue: error: ") == 1 for text in texts), texts
+    for secret in {password, unquote(password), repr(password)[1:-1]} | set(password.split()):
+        assert not [text for text in texts if secret in text and len(secret) > 2], (secret, texts)
+
+
+def test_check_shows_what_it_could_not_check_and_exits_0_for_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A part of the check the engine did not allow (Babelfish has no sys.allocation_units) is reported, not failed."""
+    import argparse
+
+    from airflow_sqlqueue.cli import commands
+    from airflow_sqlqueue.transport import Finding
+
+    class StandInTransport:
+        """Not a transport: answers check() as one on an engine without sys.allocation_units does."""
+
+        def __init__(self, problem: bool) -> None:
+            self.problem = problem
+
+        def name(self, queue: str) -> str:
+            return queue
+
+        def exists(self, queue: str) -> bool:
+            return True
+
+        def check(self, queue: str, *, repair: bool = False) -> list[Finding]:
+            found = [Finding(queue, "heap_bloat_not_checked", "heap bloat not checked: no sys.allocation_units",
+                             not_checked=True)]
+            return found + ([Finding(queue, "missing_seq_index", "no index on RowVersion")] if self.problem else [])
+
+    args = argparse.Namespace(all=False, queues=["orders"], repair=False, json=False)
+    assert commands.check(StandInTransport(problem=False), args) == 0  # type: ignore[arg-type]
+    assert "heap_bloat_not_checked  not checked" in capsys.readouterr().out
+    assert commands.check(StandInTransport(problem=True), args) == 1  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "missing_seq_index       manual" in out and "not checked" in out
+    args.json = True
+    assert commands.check(StandInTransport(problem=False), args) == 0  # type: ignore[arg-type]
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["code"] == "heap_bloat_not_checked" and row["not_checked"] is True and row["repairable"] is False

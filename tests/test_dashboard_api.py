@@ -388,8 +388,8 @@ def test_no_connection_field_reaches_the_browser(client: Any, airflow_db: None, 
                                                  variable: Callable[[dict[str, Any]], None]) -> None:
     secret = "Sup3r-S3cret-pw"
     airflow_env.set_connection("sqlqueue_dash_secret", {
-        "conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "dash_no_such_role",
-        "password": secret, "schema": "test", "extra": {"sslmode": "disable", "application_name": "extra-secret"}})
+        **airflow_env.PG_CONNECTION, "login": "dash_no_such_role", "password": secret,
+        "extra": {"sslmode": "disable", "application_name": "extra-secret"}})
     variable({"connections": {"sqlqueue_dash_secret": {}}})
     responses = [client.get(f"{PREFIX}/api/overview", headers=as_user("admin")),
                  client.get(f"{PREFIX}/api/connections/sqlqueue_dash_secret/failed", headers=as_user("admin")),
@@ -398,7 +398,8 @@ def test_no_connection_field_reaches_the_browser(client: Any, airflow_db: None, 
     assert conn["conn_id"] == "sqlqueue_dash_secret" and "could not be used" in conn["error"]
     assert responses[1].status_code == 502
     for response in responses:
-        for field in (secret, "dash_no_such_role", "127.0.0.1", "5432", "extra-secret", "sslmode"):
+        for field in (secret, "dash_no_such_role", str(airflow_env.PG_CONNECTION["host"]),
+                      str(airflow_env.PG_CONNECTION["port"]), "extra-secret", "sslmode"):
             assert field not in response.text, (field, response.text)
 
 

@@ -174,3 +174,22 @@ def test_nothing_imports_a_private_airflow_module_or_name(tmp_path: Path) -> Non
     probe.write_text("from airflow.sdk._shared.observability.metrics import stats\nfrom airflow.x import _y\n"
                      "import airflow._z\nfrom airflow.sdk.observability import stats\n", encoding="utf-8")
     assert len(_private_airflow_imports(probe)) == 3  # the scan finds what it looks for
+
+
+def test_tests_reach_postgresql_only_through_the_test_url() -> None:
+    """``SQLQUEUE_TEST_PG_URL`` chooses the test server and database: no test module names one of its own (a
+    connection to a closed port, ``:1``, or a malformed URL reaches no server and may say what it likes)."""
+    root = PACKAGE.parent / "tests"
+    url = re.compile(r"postgresql://[^\s\"']*@127\.0\.0\.1:5432/")
+    fields = re.compile(r'\{[^{}]*"conn_type": "postgres"[^{}]*\}')
+    allowed = {root / "conftest.py", root / "airflow_env.py", root / "deployment" / "harness.py"}  # the defaults
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if path in allowed:
+            continue
+        found += [f"{path.relative_to(root)}: {m.group(0)[:60]}" for m in url.finditer(text)]
+        found += [f"{path.relative_to(root)}: {m.group(0)[:60]}" for m in fields.finditer(text)
+                  if '"host": "127.0.0.1"' in m.group(0) and '"port": 1,' not in m.group(0)
+                  and '"port": 1}' not in m.group(0)]
+    assert found == []

@@ -46,7 +46,8 @@ def test_send_writes_the_queue_table_named_as_openlineage_names_it(airflow_db: N
     send = SqlQueueSendOperator(task_id="send", sqlqueue_conn_id=conn, queue_name='"sales"."orders"', body="x")
     found = send.get_openlineage_facets_on_complete(None)
     assert found.inputs == []
-    assert [(d.namespace, d.name) for d in found.outputs] == [("postgres://127.0.0.1:5432", "test.sales.orders")]
+    database = airflow_env.PG_CONNECTION["schema"]
+    assert [(d.namespace, d.name) for d in found.outputs] == [(airflow_env.PG_NAMESPACE, f"{database}.sales.orders")]
     secrets = airflow_env.set_connection("sqlqueue_lineage_secret", {
         "conn_type": "postgres", "host": "db.internal", "login": "me", "password": "S3cret", "schema": "shop"})
     other = SqlQueueSendOperator(task_id="s2", sqlqueue_conn_id=secrets, queue_name="orders", body="x")
@@ -97,7 +98,7 @@ def test_a_dag_run_reports_queue_to_drain_to_spark(airflow_db: None, tmp_path: P
         def datasets(task: str, side: str, found: dict = complete) -> list[tuple[str, str]]:
             return [(d["namespace"], d["name"]) for d in found[f"sqlqueue_lineage.{task}"][side]]
 
-        queue = ("postgres://127.0.0.1:5432", f"test.{db.schema}.orders")
+        queue = (airflow_env.PG_NAMESPACE, f"{airflow_env.PG_CONNECTION['schema']}.{db.schema}.orders")
         parquet = ("file", str(output))
         assert datasets("send", "inputs") == [] and datasets("send", "outputs") == [queue]
         assert datasets("drain", "inputs") == [queue] and datasets("drain", "outputs") == [parquet]

@@ -183,3 +183,15 @@ def test_alert_callback_may_be_a_plain_function(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(tasks.QueueHealthError):
         tasks.health_report(samples, {})
     assert json.loads((tmp_path / "alerts.jsonl").read_text()) == samples
+
+
+def test_check_report_lists_what_was_not_checked_without_failing() -> None:
+    unchecked = {"conn_id": "c", "queue": "q", "code": "heap_bloat_not_checked", "repairable": False,
+                 "message": "heap bloat not checked: no sys.allocation_units", "not_checked": True}
+    result = {"conn_id": "c", "queue": "q", "found": [unchecked], "remaining": [unchecked], "repaired": []}
+    rows = tasks.check_report([result], {"fail_on_findings": True})
+    assert [r["status"] for r in rows] == ["not checked"]
+    problem = {**unchecked, "code": "missing_seq_index", "not_checked": False}
+    both = {**result, "found": [unchecked, problem], "remaining": [unchecked, problem]}
+    with pytest.raises(tasks.SchemaFindingsError, match="1 schema/index findings open: q: missing_seq_index;"):
+        tasks.check_report([both], {"fail_on_findings": True})

@@ -622,13 +622,19 @@ HEALTHY_INDEXES = [("Index_Expires", "Expires", "NONCLUSTERED", True),
                    ("Index_RowVersion", "RowVersion", "NONCLUSTERED", False)]
 
 
-def _check(columns: list[tuple], indexes: list[tuple], bloat: list[tuple] | None = None) -> dict[str, Any]:
+def _check(columns: list[tuple], indexes: list[tuple], bloat: list[tuple] | Response | None = None,
+           allocation_units: bool = True) -> dict[str, Any]:
     conn = RecordingMssqlConnection([(".columns AS c\nJOIN", columns), (".indexes AS i", indexes),
+                                     ("OBJECT_ID(", [(int(allocation_units),)]),
                                      (".partitions AS p", bloat or [(100, 3)])])
     findings = MSSQL.check(conn.cursor(), QueueAddress("orders", "sales", "cat"))
     for sql, params in conn.executed:
+        if "OBJECT_ID(" in sql:  # the probe for the catalog view, in the queue's database
+            assert params == {"view_name": "[cat].sys.allocation_units"}
+            continue
         assert params == {"schema_name": "sales", "table_name": "orders"}
         assert "[cat].sys." in sql
+    assert sum(".allocation_units" in sql for sql in conn.sql_texts()) == (1 if allocation_units else 0)
     return {f.code: f for f in findings}
 
 
@@ -675,3 +681,63 @@ def test_migration_statement_drops_and_recreates_nonclustered() -> None:
     sql = MSSQL.render("migrate_rowversion_index", **MSSQL.identifiers(QueueAddress("orders")))
     assert sql.splitlines() == ["DROP INDEX [Index_RowVersion] ON [dbo].[orders];",
                                 "CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [dbo].[orders] (RowVersion)"]
+
+
+# -- engines that lack part of SQL Server (Babelfish 4.3 seen), through the stand-in connection ---------------
+BABELFISH_UNMAPPED = 33557097  # Babelfish's number for an error with no SQL Server counterpart
+
+
+def _babelfish_error(text: str) -> Exception:
+    """An UNMAPPED error as pymssql raises it from a statement on Babelfish."""
+    return _pymssql_error(pymssql.OperationalError, BABELFISH_UNMAPPED, text)
+
+
+def test_check_reports_what_it_could_not_check_when_a_catalog_view_is_missing() -> None:
+    """No sys.allocation_units (Babelfish): every other part is checked, the heap part is reported as not checked."""
+    found = _check(HEALTHY_COLUMNS, HEALTHY_INDEXES, allocation_units=False)
+    assert list(found) == ["heap_bloat_not_checked"]
+    finding = found["heap_bloat_not_checked"]
+    assert finding.not_checked and not finding.repairable and "[cat].sys.allocation_units" in finding.message
+    broken = _check(HEALTHY_COLUMNS, HEALTHY_INDEXES[:1], allocation_units=False)
+    assert set(broken) == {"missing_seq_index", "heap_bloat_not_checked"}
+    assert not broken["missing_seq_index"].not_checked
+
+
+def test_check_reports_a_catalog_query_the_engine_refuses_and_raises_anything_else() -> None:
+    refused = _babelfish_error('relation "sys.allocation_units" does not exist')
+    found = _check(HEALTHY_COLUMNS, HEALTHY_INDEXES, refused)
+    assert list(found) == ["heap_bloat_not_checked"] and "does not exist" in found["heap_bloat_not_checked"].message
+    deadlock = _pymssql_error(pymssql.OperationalError, 1205, DEADLOCK_TEXT)
+    with pytest.raises(pymssql.OperationalError, match="deadlock"):
+        _check(HEALTHY_COLUMNS, HEALTHY_INDEXES, deadlock)
+
+
+@pytest.mark.parametrize(("text", "missing"), [
+    ('relation "master_dbo.sqlqueue_nope" does not exist', True),
+    ('schema "sqlqueue_no_schema" does not exist', True),
+    ("Invalid object name 'dbo.nope'.", True),
+    ('relation "sys.identity_columns" does not exist', False),  # an engine gap, not a missing queue
+    ("'UNPIVOT' is not currently supported in Babelfish", False),
+    ("Either the parameter @objname is ambiguous or the claimed @objtype (INDEX) is wrong.", False),
+])
+def test_an_unmapped_engine_error_is_a_missing_table_only_when_its_text_says_so(text: str, missing: bool) -> None:
+    assert MSSQL.is_missing_table(_babelfish_error(text)) is missing
+    pyodbc_shaped = PyodbcShapedError("42000", f"[42000] [FreeTDS][SQL Server]{text} ({BABELFISH_UNMAPPED}) "
+                                               "(SQLExecDirectW)")
+    assert MSSQL.is_missing_table(pyodbc_shaped) is missing
+
+
+@pytest.mark.parametrize("number", [208, BABELFISH_UNMAPPED])
+def test_a_missing_table_raises_queue_not_found_whichever_number_the_engine_gives(number: int) -> None:
+    from airflow_sqlqueue.transport.tables.session import Session
+
+    text = "Invalid object name 'dbo.nope'." if number == 208 else 'relation "master_dbo.nope" does not exist'
+    conn = RecordingMssqlConnection([("MAX(RowVersion)", _pymssql_error(pymssql.OperationalError, number, text)),
+                                     ("@@VERSION", [(150, "Microsoft SQL Server 2019")])])
+    session = Session(lambda: conn, MssqlDialect())
+    ids = MSSQL.identifiers(QueueAddress("nope"))
+    with pytest.raises(QueueNotFoundError, match="does not exist"):
+        session.run(lambda cur: MSSQL.scalar(cur, "peek", None, **ids), what="peek 'nope'")
+    unsupported = RecordingMssqlConnection([("MAX(RowVersion)", _babelfish_error("'X' is not currently supported"))])
+    with pytest.raises(pymssql.OperationalError, match="not currently supported"):
+        Session(lambda: unsupported, MssqlDialect()).run(lambda cur: MSSQL.scalar(cur, "peek", None, **ids))

@@ -246,6 +246,30 @@ def test_check_fails_on_findings_with_a_clear_error(sqlite_queues) -> None:
         missing.execute({})
 
 
+def test_check_reports_what_the_engine_did_not_let_it_check_without_failing(sqlite_queues, monkeypatch) -> None:
+    """As on an engine without sys.allocation_units: a ``not_checked`` finding is returned and logged, never
+    failed on; a problem beside it still fails the task (the stand-in wraps the real check of the SQLite queue)."""
+    from airflow_sqlqueue.transport import Finding
+
+    conn_id, _, db_path = sqlite_queues
+    real_check = SqlQueueTransport.check
+
+    def check_on_an_engine_without_the_view(self, queue, *, repair=False):  # a stand-in, see the docstring
+        return [*real_check(self, queue, repair=repair),
+                Finding(self.name(queue), "heap_bloat_not_checked", "heap bloat not checked: no view",
+                        not_checked=True)]
+
+    monkeypatch.setattr(SqlQueueTransport, "check", check_on_an_engine_without_the_view)
+    rows = SqlQueueCheckSchemaOperator(task_id="c", sqlqueue_conn_id=conn_id, queues=["orders"]).execute({})
+    assert [(r["code"], r["not_checked"]) for r in rows] == [("heap_bloat_not_checked", True)]
+    with sqlite3.connect(db_path) as conn:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'orders' "
+                                    "AND sql IS NOT NULL").fetchall():
+            conn.execute(f'DROP INDEX "{name}"')
+    with pytest.raises(SqlQueueCheckFailedError, match=r"1 schema/index findings: orders: missing_expires_index;"):
+        SqlQueueCheckSchemaOperator(task_id="c", sqlqueue_conn_id=conn_id, queues=["orders"]).execute({})
+
+
 def test_send_operator_validates_before_sending(sqlite_queues) -> None:
     conn_id, transport, _ = sqlite_queues
     with pytest.raises(ValueError, match="either"):

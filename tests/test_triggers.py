@@ -21,7 +21,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamManager
@@ -48,9 +47,7 @@ def airflow_conn(db: Db, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> s
     if db.kind == "sqlite":
         fields: dict[str, Any] = {"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]}
     else:
-        parts = urlsplit(db.url)  # the test server and database (SQLQUEUE_TEST_PG_URL)
-        fields = {"conn_type": "postgres", "host": parts.hostname, "port": parts.port or 5432,
-                  "login": parts.username, "schema": parts.path.lstrip("/")}
+        fields = tests.airflow_env.pg_connection_fields()
     fields.update(overrides)
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
     return conn_id

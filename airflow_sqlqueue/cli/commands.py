@@ -233,12 +233,13 @@ def check(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
         after = transport.check(queue, repair=True) if args.repair and any(f.repairable for f in before) else before
         left = {f.code for f in after}
         report += [(f, "repaired") for f in before if f.code not in left]
-        report += [(f, "repairable" if f.repairable else "manual") for f in after]
-        remaining += len(after)
+        report += [(f, "not checked" if f.not_checked else "repairable" if f.repairable else "manual")
+                   for f in after]
+        remaining += sum(1 for f in after if not f.not_checked)  # what could not be checked fails nothing
     if args.json:
         for f, status in report:
             emit_json({"queue": f.queue, "code": f.code, "message": f.message, "repairable": f.repairable,
-                       "repaired": status == "repaired"})
+                       "repaired": status == "repaired", "not_checked": f.not_checked})
     elif report:
         print(table(["queue", "finding", "status", "detail"], [(f.queue, f.code, s, f.message) for f, s in report]))
     else:

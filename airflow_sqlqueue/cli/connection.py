@@ -9,6 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_sqlqueue.hooks.metadata import queue_url
 from airflow_sqlqueue.transport import SqlQueueTransport, get_dialect
+from airflow_sqlqueue.transport.common.redaction import password_span
 from airflow_sqlqueue.transport.dialects.connect import (
     connection_factory,
     default_catalog_of,
@@ -42,7 +43,11 @@ def check_url(url: str, *, creating: bool) -> None:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
     except ValueError as exc:
-        raise UsageError(f"bad database URL: {one_line(exc)}; e.g. postgresql://user:pass@host:5432/db") from None
+        # urllib quotes the part it read as the port: with a '/', '?' or '#' left unencoded in the password,
+        # that is a piece of the password, so it is not shown then
+        reason = ("its port is not a number, or its password holds an unencoded '/', '?' or '#' (write them "
+                  "%2F, %3F, %23)") if password_span(url) else one_line(exc)
+        raise UsageError(f"bad database URL: {reason}; e.g. postgresql://user:pass@host:5432/db") from None
     if not url.lower().startswith("sqlite:///"):
         return
     path = Path(unquote(url[len("sqlite:///"):].split("?", 1)[0]))  # as transport.connect reads it

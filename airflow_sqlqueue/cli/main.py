@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Sequence
 
 from airflow_sqlqueue.transport.common.printable import printable, printable_lines
-from airflow_sqlqueue.transport.common.redaction import scrub
+from airflow_sqlqueue.transport.common.redaction import redact_arguments
 
 from . import commands
 from .errors import OK, exit_code, one_line
@@ -22,9 +22,11 @@ from .parser import build_parser
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sqlqueue``; return the exit code."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
+    arguments.append(os.environ.get("SQLQUEUE_URL") or "")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_ScrubbingFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_ScrubbingFormatter("%(levelname)s %(name)s: %(message)s", arguments=arguments))
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.ERROR, handlers=[handler])
     try:
         return commands.run(args)
@@ -35,16 +37,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OK
     except Exception as exc:  # one clear line, never a traceback unless --debug
         if args.debug:
-            sys.stderr.write(printable_lines(scrub(traceback.format_exc())))
-        sys.stderr.write(f"sqlqueue: error: {printable(scrub(one_line(exc)))}\n")
+            sys.stderr.write(printable_lines(redact_arguments(traceback.format_exc(), arguments)))
+        sys.stderr.write(f"sqlqueue: error: {printable(redact_arguments(one_line(exc), arguments))}\n")
         return exit_code(exc)
 
 
 class _ScrubbingFormatter(logging.Formatter):
-    """Log lines (``--debug``) without passwords."""
+    """Log lines (``--debug``) without passwords (those of the URLs among the arguments blanked whole)."""
+
+    def __init__(self, fmt: str, *, arguments: Sequence[str]) -> None:
+        super().__init__(fmt)
+        self.arguments = arguments
 
     def format(self, record: logging.LogRecord) -> str:
-        return printable_lines(scrub(super().format(record)))
+        return printable_lines(redact_arguments(super().format(record), self.arguments))
 
 
 def _silence_stdout() -> None:

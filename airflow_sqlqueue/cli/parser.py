@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
-from airflow_sqlqueue.transport.common.redaction import scrub
+from airflow_sqlqueue.transport.common.redaction import redact_arguments
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
 
 from . import archive
@@ -24,10 +26,21 @@ exit codes: 0 success; 1 findings (check, demo) or nothing received (receive --r
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors never repeat a password (e.g. a URL given without --url)."""
+    """An argument parser whose usage errors never repeat a password (e.g. a URL given without --url).
+
+    It keeps the arguments it parses: the password of any URL among them is blanked from an error whole, even
+    one holding a quote or a space (which free-text scrubbing cannot tell from the end of the password).
+    """
+
+    arguments: Sequence[str] = ()
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self.arguments = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self.arguments, namespace)
 
     def error(self, message: str) -> NoReturn:
-        super().error(scrub(message))
+        super().error(redact_arguments(message, self.arguments))
 
 
 def _connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -175,7 +175,7 @@ def purge_report(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]
 # -- schema and index check ----------------------------------------------------------------------------
 def _finding_rows(conn_id: str, findings: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"conn_id": conn_id, "queue": f.queue, "code": f.code, "repairable": f.repairable,
-             "message": f.message} for f in findings]
+             "message": f.message, **({"not_checked": True} if f.not_checked else {})} for f in findings]
 
 
 def check_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[str, Any]:
@@ -203,13 +203,15 @@ def check_queue(target: dict[str, Any], params: dict[str, Any] | None) -> dict[s
 
 
 def check_report(results: Sequence[dict[str, Any]], params: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every finding as one table (status ``repaired`` or ``open``); fail if open ones remain and asked to."""
+    """Every finding as one table (status ``repaired``, ``open``, or ``not checked`` for what the engine did not let
+    the check look at); fail if open ones remain and asked to."""
     results = gathered(results)
     rows = []
     for r in results:
         open_codes = {f["code"] for f in r["remaining"]}
-        rows += [{**f, "status": "open" if f["code"] in open_codes else "repaired"} for f in r["found"]]
-        rows += [{**f, "status": "open"} for f in r["remaining"]
+        rows += [{**f, "status": "not checked" if f.get("not_checked") else
+                  "open" if f["code"] in open_codes else "repaired"} for f in r["found"]]
+        rows += [{**f, "status": "not checked" if f.get("not_checked") else "open"} for f in r["remaining"]
                  if f["code"] not in {x["code"] for x in r["found"]}]
     open_rows = [r for r in rows if r["status"] == "open"]
     if not rows:

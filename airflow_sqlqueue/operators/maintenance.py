@@ -89,7 +89,9 @@ class SqlQueuePurgeExpiredOperator(_MaintenanceOperator):
 class SqlQueueCheckSchemaOperator(_MaintenanceOperator):
     """Check queue tables' schema and indexes; optionally repair; fail or warn on findings.
 
-    Returns the findings left (after repair) as dicts ``{"queue", "code", "message", "repairable"}``.
+    Returns the findings left (after repair) as dicts ``{"queue", "code", "message", "repairable",
+    "not_checked"}``; a ``not_checked`` one says what the engine did not let the check look at (logged as a
+    warning, never a failure).
 
     :param queues: queues to check (templated); ``None`` checks every queue discovered in the database.
     :param repair: run the repair statements of repairable findings (DDL rights needed), then check again.
@@ -108,18 +110,22 @@ class SqlQueueCheckSchemaOperator(_MaintenanceOperator):
         with self.open_transport() as transport:
             for queue in self._targets(transport):
                 findings.extend(transport.check(queue, repair=self.repair))
-        rows = [{"queue": f.queue, "code": f.code, "message": f.message, "repairable": f.repairable}
-                for f in findings]
-        if not rows:
+        rows = [{"queue": f.queue, "code": f.code, "message": f.message, "repairable": f.repairable,
+                 "not_checked": f.not_checked} for f in findings]
+        unchecked = [r for r in rows if r["not_checked"]]
+        if unchecked:  # what the engine did not let the check look at: said, but not a problem found
+            self.log.warning("not checked:\n%s", text_table(unchecked, ("queue", "code", "message")))
+        if len(unchecked) == len(rows):
             self.log.info("no findings%s", " (after repair)" if self.repair else "")
             return rows
-        text = text_table(rows, ("queue", "code", "repairable", "message"))
-        summary = f"{len(rows)} schema/index findings{' remain after repair' if self.repair else ''}"
+        problems = [r for r in rows if not r["not_checked"]]
+        text = text_table(problems, ("queue", "code", "repairable", "message"))
+        summary = f"{len(problems)} schema/index findings{' remain after repair' if self.repair else ''}"
         if self.fail_on_findings:
             self.log.error("%s:\n%s", summary, text)
             hint = "" if self.repair else "; run with repair=True to fix the repairable ones"
             raise SqlQueueCheckFailedError(
-                f"{summary}: " + "; ".join(f"{r['queue']}: {r['code']}" for r in rows) + hint)
+                f"{summary}: " + "; ".join(f"{r['queue']}: {r['code']}" for r in problems) + hint)
         self.log.warning("%s:\n%s", summary, text)
         return rows
 

@@ -19,7 +19,6 @@ import threading
 from collections import Counter
 from contextlib import redirect_stderr
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -172,6 +171,7 @@ def test_cli_mode_none_keeps_what_it_cannot_print(hq, monkeypatch):
 
 
 def test_usage_errors_never_show_the_password(hq):
+    pg = tests.airflow_env.PG_CONNECTION
     for password in ["p%40ss%3Aw%2Fd", "p@ss:w/rd", "pässwörd", "pa%0A%1B%5B31mss", "x%zz", "p#ss", "a b"]:
         from airflow_sqlqueue.cli.main import main
 
@@ -179,7 +179,8 @@ def test_usage_errors_never_show_the_password(hq):
         with redirect_stderr(err):
             main(["--url", f"postgresql://postgres:{password}@127.0.0.1:1/test", "peek", "q"])
             main(["--url", f"nosuch://postgres:{password}@h/test", "peek", "q"])
-            main(["--url", f"postgresql://postgres:{password}@127.0.0.1:5432/test", "peek", 'bad"name'])
+            main(["--url", f"postgresql://{pg['login']}:{password}@{pg['host']}:{pg['port']}/{pg['schema']}", "peek",
+                  'bad"name'])
         text = err.getvalue()
         from urllib.parse import unquote
 
@@ -195,8 +196,7 @@ def _airflow_conn(db, monkeypatch) -> str:
 
     conn_id = "hostile_" + uuid.uuid4().hex[:8]
     fields = ({"conn_type": "sqlite", "host": db.url[len("sqlite:///"):]} if db.kind == "sqlite" else
-              {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres",
-               "schema": urlsplit(db.url).path.lstrip("/") or "test"})
+              tests.airflow_env.pg_connection_fields())
     monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(fields))
     return conn_id
 

@@ -129,7 +129,7 @@ def test_drain_operator_max_concurrency_fits_the_database(queues, monkeypatch):
     if queues.kind == "sqlite":
         fields = {"conn_type": "sqlite", "host": queues.url[len("sqlite:///"):]}
     else:
-        fields = {"conn_type": "postgres", "host": "127.0.0.1", "port": 5432, "login": "postgres", "schema": "test"}
+        fields = tests.airflow_env.pg_connection_fields()
     monkeypatch.setenv("AIRFLOW_CONN_HOSTILE_LIMIT", json.dumps(fields))
     queues.transport.send(queues.q("orders"), b"stays")
     op = SqlQueueDrainOperator(task_id="d", queue_name=queues.q("orders"), sqlqueue_conn_id="hostile_limit",

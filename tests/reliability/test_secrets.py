@@ -14,16 +14,15 @@ import json
 import logging
 import traceback
 import uuid
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow import)
+import tests.airflow_env  # sets AIRFLOW_HOME before any airflow import; the test database's connection
 from airflow_sqlqueue.transport import SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.tables.circuit_breaker import CircuitBreaker
-from tests.conftest import PG_URL
 
 from .helpers import insert_raw
 from .workers import InjectedFailure
@@ -175,11 +174,11 @@ def test_airflow_hook_errors_and_logs_free_of_the_password(monkeypatch, caplog):
 
 
 # -- triggers (the triggerer logs and stores event payloads: both must be free of the password) -----------------
-def _airflow_conn(monkeypatch, secret: str, port: int = 5432) -> str:
+def _airflow_conn(monkeypatch, secret: str, port: int | None = None) -> str:
+    """The test database (SQLQUEUE_TEST_PG_URL) with ``secret`` as its password; ``port`` for a closed one."""
     conn_id = "rel_secret_" + uuid.uuid4().hex[:6]
-    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps(
-        {"conn_type": "postgres", "host": "127.0.0.1", "port": port, "login": "postgres", "password": secret,
-         "schema": urlsplit(PG_URL).path.lstrip("/") or "test", "extra": {"connect_timeout": 2}}))
+    fields = {**tests.airflow_env.PG_CONNECTION, "password": secret, "extra": {"connect_timeout": 2}}
+    monkeypatch.setenv("AIRFLOW_CONN_" + conn_id.upper(), json.dumps({**fields, **({"port": port} if port else {})}))
     return conn_id
 
 

@@ -7,6 +7,7 @@ through one of these functions first.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from urllib.parse import unquote
 
 MASK = "***"
@@ -37,12 +38,48 @@ def redact_url(url: str) -> str:
 
 
 def blank(text: str, *secrets: str | None) -> str:
-    """``text`` with each secret blanked, as written and percent-decoded."""
+    """``text`` with each secret blanked, as written, percent-decoded and as Python's ``repr`` escapes it."""
     for secret in secrets:
-        for form in (secret, unquote(secret or "")):
-            if form:
-                text = text.replace(form, MASK)
+        for plain in (secret, unquote(secret or "")):
+            for form in sorted({plain, repr(plain)[1:-1]}, key=len, reverse=True):
+                if form:
+                    text = text.replace(form, MASK)
     return text
+
+
+def url_passwords(argument: str) -> list[str]:
+    """The passwords in a command-line argument that holds a connection URL (``--url=...``, or a URL given where
+    another argument was expected): the user part's and each ``password=``/``pwd=`` parameter's, as written.
+
+    Unlike :func:`scrub`, which reads free text and so stops a password at a space or a quote, this knows the
+    whole argument is the URL, so a password holding ``"``, ``'`` or a space is found whole.
+    """
+    scheme = SCHEME.search(argument)
+    if scheme is None:
+        return []
+    url = argument[scheme.start():]
+    span = password_span(url)
+    found = [url[span[0]:span[1]]] if span else []
+    found += [m.group(0).split("=", 1)[1] for m in _QUERY_PASSWORD.finditer(url)]
+    return [secret for secret in found if secret]
+
+
+def redact_arguments(text: str, arguments: Iterable[str]) -> str:
+    """``text`` (a usage error, say) with the password of every URL among ``arguments`` blanked, then scrubbed.
+
+    Each URL argument quoted whole (as written or as ``repr`` shows it) becomes its redacted form, so the message
+    still says which argument was wrong.
+    """
+    secrets = []
+    for argument in arguments:
+        found = url_passwords(argument)
+        if found:
+            start = SCHEME.search(argument).start()  # type: ignore[union-attr]  (a password was found in a URL)
+            redacted = argument[:start] + redact_url(argument[start:])
+            for form in (argument, repr(argument)[1:-1]):
+                text = text.replace(form, redacted)
+            secrets += found
+    return scrub(blank(text, *secrets))
 
 
 def blank_url_password(text: str, url: str) -> str:

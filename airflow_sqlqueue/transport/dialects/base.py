@@ -37,17 +37,20 @@ class RawRow(NamedTuple):
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem found by the schema and index check.
+    """One problem found by the schema and index check, or one part of it the engine did not let it do.
 
-    :param code: stable identifier, e.g. ``missing_seq_index``.
-    :param message: what is wrong and why it matters.
+    :param code: stable identifier, e.g. ``missing_seq_index`` (``..._not_checked`` for a part not checked).
+    :param message: what is wrong and why it matters (or what was not checked, and why).
     :param repair: names of the statements that fix it (empty when it needs a person).
+    :param not_checked: True when this says what could not be checked (e.g. a catalog view the engine lacks):
+        reported so that nobody takes silence for health, but not a problem, so it fails no check.
     """
 
     queue: str
     code: str
     message: str
     repair: tuple[str, ...] = ()
+    not_checked: bool = False
 
     @property
     def repairable(self) -> bool:

@@ -24,6 +24,9 @@ LOCK_TIMEOUT = 1222
 OBJECT_EXISTS = 2714  # a concurrent creator made the table first
 INDEX_EXISTS = 1913  # ... or the index
 INVALID_OBJECT = 208
+#: Babelfish's number for a PostgreSQL error it maps to no SQL Server number: what it means is in the text
+#: (Babelfish 4.3 reports a missing table this way, as ``relation "..." does not exist``, not as 208).
+UNMAPPED_ERROR = 33557097
 SCHEMA_MISSING = (2760, 15151)  # "specified schema name does not exist", "cannot find the schema"
 DATABASE_MISSING = 911
 PERMISSION_DENIED = (229, 230, 262, 297, 300, 1088)
@@ -62,6 +65,10 @@ _PYODBC_NATIVE = re.compile(r"\((-?\d+)\)\s*\(SQL\w*\)")  # "... (1205) (SQLExec
 _SERVER_MESSAGE = re.compile(r"SQL Server message (\d+)")
 _DBLIB_MESSAGE = re.compile(r"DB-Lib error message (\d+)")
 _TUPLE_TEXT = re.compile(r"\((\d+), b?['\"]")  # "Cannot commit transaction: (20047, b'DBPROCESS is dead')"
+#: The text of an UNMAPPED_ERROR for a missing table, schema or database (a missing catalog view, ``sys.x``, is
+#: an engine gap, not a missing queue).
+_MISSING_OBJECT_TEXT = re.compile(r'\b(?:relation|table|schema|database) "(?!sys\.)[^"]*" does not exist|'
+                                  r"invalid object name '(?!sys\.)", re.IGNORECASE)
 _CLOSED = re.compile(r"closed connection|connection is closed|cursor is closed|dbprocess is dead|"
                      r"communication link failure|connection is busy with results", re.IGNORECASE)
 
@@ -369,7 +376,7 @@ class MssqlDialect(Dialect):
 
     def check(self, cursor: Any, address: QueueAddress) -> list[Finding]:
         """Findings: columns and types, varchar Headers, RowVersion index (missing or CLUSTERED), Expires
-        index, and a bloated heap."""
+        index, and a bloated heap (``heap_bloat_not_checked`` where the engine has no ``sys.allocation_units``)."""
         ids = self.identifiers(address)
         where = {"schema_name": address.schema or self.default_schema, "table_name": address.table}
         queue = self.format_address(address)
@@ -415,8 +422,11 @@ class MssqlDialect(Dialect):
             findings.append(Finding(queue, "missing_expires_index",
                                     "no index on Expires: purging expired messages scans the table",
                                     ("create_queue_expires_index",)))
-        stats = self.execute(cursor, "heap_bloat", where, **ids).fetchone()
-        if stats is not None and stats[0] is not None:
+        stats = self._heap_stats(cursor, where, ids)
+        if isinstance(stats, str):
+            findings.append(Finding(queue, "heap_bloat_not_checked", f"heap bloat not checked: {stats}",
+                                    not_checked=True))
+        elif stats is not None and stats[0] is not None:
             rows, pages = int(stats[0]), int(stats[1] or 0)
             if pages >= BLOAT_MIN_PAGES and pages > BLOAT_PAGES_PER_ROW * max(rows, 1):
                 findings.append(Finding(queue, "heap_bloat",
@@ -424,6 +434,19 @@ class MssqlDialect(Dialect):
                                         "receives turn receives into scans; rebuild it",
                                         ("rebuild_heap",)))
         return findings
+
+    def _heap_stats(self, cursor: Any, where: dict[str, str], ids: dict[str, str]) -> tuple | str | None:
+        """The heap's (rows, pages), None when the table is not a heap, or why they cannot be read (text)."""
+        view = f"{ids['sys']}.allocation_units"
+        if not self.scalar(cursor, "catalog_view_exists", {"view_name": view}, **ids):
+            return f"the database has no {view} catalog view (an engine that is not SQL Server, e.g. Babelfish)"
+        try:
+            return self.execute(cursor, "heap_bloat", where, **ids).fetchone()
+        except Exception as exc:
+            if error_number(exc) not in (INVALID_OBJECT, UNMAPPED_ERROR):
+                raise
+            first = (_text(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return f"the engine refused the catalog query ({first[:200]})"
 
     # -- error classification ----------------------------------------------------------------------
     def is_deadlock(self, exc: BaseException) -> bool:
@@ -441,7 +464,10 @@ class MssqlDialect(Dialect):
         return type(exc).__name__ == "InterfaceError"
 
     def is_missing_table(self, exc: BaseException) -> bool:
-        return error_number(exc) in (INVALID_OBJECT, DATABASE_MISSING) + SCHEMA_MISSING
+        number = error_number(exc)
+        if number == UNMAPPED_ERROR:
+            return bool(_MISSING_OBJECT_TEXT.search(_text(exc)))
+        return number in (INVALID_OBJECT, DATABASE_MISSING) + SCHEMA_MISSING
 
     def is_permission_denied(self, exc: BaseException) -> bool:
         return error_number(exc) in PERMISSION_DENIED

@@ -370,6 +370,10 @@ LEFT JOIN {sys}.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.
 WHERE s.name = %(schema_name)s AND t.name = %(table_name)s AND i.type > 0
 ORDER BY i.name
 
+-- catalog_view_exists --
+-- 1 when the catalog view %(view_name)s ([catalog].sys.<view> of the queue's database) exists, else 0: an engine without one (Babelfish has no sys.allocation_units) gets a "not checked" finding instead of an error.
+SELECT CASE WHEN OBJECT_ID(%(view_name)s) IS NULL THEN 0 ELSE 1 END
+
 -- heap_bloat --
 -- Rows and in-row data pages of a heap (catalog views: no VIEW DATABASE STATE needed); no row when the table is not a heap.
 SELECT SUM(p.rows), SUM(au.used_pages)
