@@ -89,6 +89,13 @@ class FailedFilter:
                 **{f"failed_q_{n}": (also[n - 2] if n - 2 < len(also) else None) for n in range(2, MAX_SPELLINGS + 1)},
                 **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
 
+    def described(self) -> dict[str, Any]:
+        """The filter as it was asked for (its values, and ``missing`` when given), for records and logs."""
+        out: dict[str, Any] = {k: v for k in (*FILTER_FIELDS, "search") if (v := getattr(self, k))}
+        if self.missing:
+            out["missing"] = sorted(self.missing)
+        return out
+
     def matches(self, fields: dict[str, Any]) -> bool:
         """Whether a row (or a group) with these field values is one this filter keeps (search aside)."""
         for name in FILTER_FIELDS:
