@@ -140,3 +140,21 @@ def test_progress_statements_parse_as_tsql_and_every_dialect_has_them() -> None:
     assert table.identifiers["progress"].endswith("[ops].[sqlqueue_retry_progress]")
     for name, statement in statements("retry_progress_mssql").items():
         assert sqlglot.parse(statement.compile("qmark").fill(table.identifiers), read="tsql"), name
+
+
+def test_the_none_group_retries_only_messages_without_an_exception_type(
+        airflow_db: None, queues: SqlQueueTransport) -> None:  # noqa: F811
+    """Issue 31: the page's "(none)" group as a run's conf (``missing``) retries that group, never every message."""
+    typed = fail(queues, "orders", 5, exception="Boom")
+    untyped = [str(i) for i in queues.send_many("error", [OutgoingMessage(body=f"n-{i}".encode(), headers={
+        h.FAILED_Q: "billing"}) for i in range(3)])]
+    empty = [str(i) for i in queues.send_many("error", [OutgoingMessage(body=b"e", headers={
+        h.FAILED_Q: "billing", h.EXCEPTION_TYPE: ""})])]
+    dag_run = run(missing=["exception_type"], batch_size=2)
+    assert str(dag_run.state) == "success", airflow_env.task_states(dag_run)
+    assert sorted(str(r.id) for r in queues.browse("billing")) == sorted(untyped + empty)
+    assert sorted(str(r.id) for r in queues.browse("error")) == sorted(typed)
+    (start,) = [r for r in retry_progress.run_rows(queues, dag_run.run_id) if r["kind"] == "start"]
+    assert start["detail"]["to_do"] == 4 and start["detail"]["selection"] == {"missing": ["exception_type"]}
+    refused = run(missing=["exception_type"], exception_type="Boom")
+    assert str(refused.state) == "failed" and queues.count("error") == 5  # a value and missing: nothing matches

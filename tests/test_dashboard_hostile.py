@@ -185,12 +185,14 @@ def test_a_million_failed_rows_list_retry_and_delete_one_by_index_seeks(client: 
                                      "failed_q": None, "exception_type": None, "message_type": None,
                                      "search": None, "search_wire": None, "search_json": None,
                                      "search_ascii": None, "failed_q_missing": 0,
-                                     "exception_type_missing": 0, "message_type_missing": 0}),
+                                     "exception_type_missing": 0, "message_type_missing": 0,
+                                     **{f"failed_q_{n}": None for n in range(2, 9)}}),
                     ("failed_page", {"after_seq": 999_000, "batch_size": 50, "headers_chars": 100, "body_bytes": 10,
                                      "failed_q": None, "exception_type": "System.TimeoutException",
                                      "message_type": None, "search": None, "search_wire": None, "search_json": None,
                                      "search_ascii": None, "failed_q_missing": 0,
-                                     "exception_type_missing": 0, "message_type_missing": 0}),
+                                     "exception_type_missing": 0, "message_type_missing": 0,
+                                     **{f"failed_q_{n}": None for n in range(2, 9)}}),
                     ("lock_position", {"seq": last.seq, "id": str(last.id)}),
                     ("delete_position", {"seq": last.seq, "id": str(last.id)})):
                 sql, args = transport.dialect.prepare(name, params, table.ids)

@@ -307,3 +307,18 @@ def test_sqlite_rows_with_binary_headers_are_flagged_as_retry_refuses_them(clien
     assert refused.status_code == 409 and "not text" in refused.json()["detail"], refused.text
     good = client.get(FAILED, params={"exception_type": "TimeoutError"}, headers=as_user("viewer")).json()
     assert all(m["bad"] == [] for m in good["messages"])
+
+
+def test_an_archive_of_the_none_group_records_the_filter_as_asked(client: Any, filled: Any, variable: Any,
+                                                                   tmp_path: Path) -> None:
+    db, _ = filled
+    variable({**config_for(db), "archive": {"location": str(tmp_path / "archive"), "older_than_days": 30}})
+    invoices = db.transport.name(db.q("invoices"))
+    insert_rows(db, db.q("error"), [(str(uuid.uuid4()), h.serialize_headers({h.FAILED_Q: invoices,
+                                                                             h.CONTENT_TYPE: "application/json"}),
+                                     b"untyped")])
+    done = client.post(ARCHIVES, headers=as_user("op"), json={"missing": ["exception_type"],
+                                                              "search": "application/json"})
+    assert done.status_code == 200 and done.json()["deleted"] == 1, done.text
+    assert done.json()["selection"]["filter"] == {"search": "application/json", "missing": ["exception_type"]}
+    assert db.transport.count(db.q("error")) == 3  # the three typed failures stay

@@ -72,7 +72,7 @@ class ArchiveSelection:
 
     def as_dict(self) -> dict[str, Any]:
         return {"cutoff": self.cutoff.astimezone(timezone.utc).isoformat() if self.cutoff else None,
-                "filter": {k: v for k, v in (self.where or FailedFilter()).params().items() if v},
+                "filter": (self.where or FailedFilter()).described(),
                 "max_messages": self.max_messages}
 
 

@@ -5,6 +5,8 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
 | route | needs |
 |---|---|
 | ``GET /`` (the page), ``GET /assets/{name}`` | read |
+| ``GET /api/openapi.json``: the OpenAPI document of these routes (typed requests and answers, see :mod:`.models`)
+  | read |
 | ``GET /api/overview``: every connection with its queues, depth, age, net flow, thresholds, breaches | read |
 | ``GET /api/connections/{conn_id}/history?queue=&hours=``: depth samples of one queue | read |
 | ``GET /api/connections/{conn_id}/failed/groups?by=``: counts by exception type, message type or FailedQ | read |
@@ -31,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
@@ -48,6 +50,7 @@ from airflow_sqlqueue.transport.errorqueue.error_queue import PositionsNotFoundE
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
 from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
+from . import models
 from .archive_api import archive_router
 from .auth import EditorDep, ReaderDep, can_change_dag, can_edit
 from .texts import MAX_SEQ, Field_, Text
@@ -56,6 +59,12 @@ log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
           "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript"}
 MAX_SELECTED = 1000
+#: The errors every API route may answer, each a ``Problem`` (documented in the OpenAPI document).
+PROBLEMS: dict[int | str, dict[str, Any]] = {code: {"model": models.Problem, "description": what} for code, what in (
+    (400, "a value the request got wrong"), (401, "not logged in"), (403, "not allowed"),
+    (404, "no such connection, queue, message or run"), (409, "refused, with the reason; nothing was changed"),
+    (415, "not a JSON body"), (422, "the request's fields are wrong"), (500, "the configuration is wrong"),
+    (502, "the database could not be used"))}
 MAX_PAGE = 500
 
 
@@ -103,6 +112,15 @@ class Selection(BaseModel):
 
     def positions(self) -> list[Position]:
         return [Position(m.seq, m.id) for m in self.messages]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("airflow-sqlqueue")
+    except PackageNotFoundError:
+        return "0"
 
 
 def _static(name: str) -> str:
@@ -201,7 +219,8 @@ def _connection_overview(config: Any, conn: Any, user: Any) -> dict[str, Any]:
 
 def create_app() -> FastAPI:
     """The dashboard's FastAPI app (mounted by the plugin; its routes depend on Airflow's auth manager)."""
-    app = FastAPI(title="SQL Queues", description=__doc__, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="SQL Queues", description=__doc__, version=_version(), docs_url=None, redoc_url=None,
+                  openapi_url=None)  # served by the route below, to logged-in readers only
 
     @app.exception_handler(HTTPException)
     async def login_redirect(request: Request, exc: HTTPException) -> Response:
@@ -222,17 +241,22 @@ def create_app() -> FastAPI:
                   for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi(request: Request, user: ReaderDep) -> JSONResponse:
+        """The OpenAPI document of this API (its routes as the browser calls them, under the mount point)."""
+        return JSONResponse({**app.openapi(), "servers": [{"url": request.scope.get("root_path", "") or "/"}]})
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page(user: ReaderDep) -> HTMLResponse:
         return HTMLResponse(_static("index.html"), headers={"Cache-Control": "no-store"})
 
-    @app.get("/assets/{name}")
+    @app.get("/assets/{name}", include_in_schema=False)
     def asset(name: str, user: ReaderDep) -> Response:
         if name not in ASSETS:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
         return Response(_static(name), media_type=ASSETS[name])
 
-    @app.get("/api/overview")
+    @app.get("/api/overview", response_model=models.Overview, responses=PROBLEMS)
     def overview(user: ReaderDep) -> dict[str, Any]:
         config = _guard("", sources.dashboard_config)
         paths = server_paths()
@@ -242,7 +266,7 @@ def create_app() -> FastAPI:
                 entry["error"] = scrub(entry["error"], paths)
         return {"source": public_source(config.source), "user": user.get_name(), "connections": connections}
 
-    @app.get("/api/connections/{conn_id}/history")
+    @app.get("/api/connections/{conn_id}/history", response_model=models.History, responses=PROBLEMS)
     def history(conn_id: str, user: ReaderDep, queue: Annotated[Text, Query(min_length=1, max_length=500)],
                 hours: Annotated[float, Query(gt=0, le=24 * 90)] = queues.DEFAULT_HISTORY_HOURS) -> dict[str, Any]:
         def work() -> dict[str, Any]:
@@ -261,8 +285,10 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.get("/api/connections/{conn_id}/failed/groups")
-    def failed_groups(conn_id: str, user: ReaderDep, by: str = "exception_type") -> dict[str, Any]:
+    @app.get("/api/connections/{conn_id}/failed/groups", response_model=models.Groups, responses=PROBLEMS)
+    def failed_groups(conn_id: str, user: ReaderDep,
+                      by: Literal["exception_type", "message_type", "failed_q", "all"] = "exception_type"
+                      ) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
@@ -271,7 +297,7 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.get("/api/connections/{conn_id}/failed")
+    @app.get("/api/connections/{conn_id}/failed", response_model=models.FailedPage, responses=PROBLEMS)
     def failed_messages(conn_id: str, user: ReaderDep, after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
                         failed_q: Annotated[Text | None, Query(max_length=500)] = None,
@@ -308,7 +334,7 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.post("/api/connections/{conn_id}/failed/edit-retry")
+    @app.post("/api/connections/{conn_id}/failed/edit-retry", response_model=models.EditSent, responses=PROBLEMS)
     def edit_retry(conn_id: str, edit: Edit, user: EditorDep) -> dict[str, Any]:
         if not _edit_retry_on():
             raise HTTPException(status.HTTP_403_FORBIDDEN, "edit and retry is off in this deployment; an "
@@ -334,7 +360,7 @@ def create_app() -> FastAPI:
 
         return conf.getboolean("sqlqueue", "dashboard_edit_retry", fallback=False)
 
-    @app.get("/api/connections/{conn_id}/batch-retries")
+    @app.get("/api/connections/{conn_id}/batch-retries", response_model=models.Runs, responses=PROBLEMS)
     def batch_retry_runs(conn_id: str, user: ReaderDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             config = sources.dashboard_config()
@@ -348,7 +374,7 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.post("/api/connections/{conn_id}/batch-retries")
+    @app.post("/api/connections/{conn_id}/batch-retries", response_model=models.RunStarted, responses=PROBLEMS)
     def start_batch_retry(conn_id: str, request: BatchRetryRequest, user: EditorDep) -> dict[str, Any]:
         from airflow.exceptions import DagNotFound
 
@@ -377,7 +403,7 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.post("/api/connections/{conn_id}/batch-retries/cancel")
+    @app.post("/api/connections/{conn_id}/batch-retries/cancel", response_model=models.CancelAsked, responses=PROBLEMS)
     def cancel_batch_retry(conn_id: str, choice: RunChoice, user: EditorDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             config = sources.dashboard_config()
@@ -395,13 +421,13 @@ def create_app() -> FastAPI:
 
         return _guard(conn_id, work)
 
-    @app.post("/api/connections/{conn_id}/failed/retry")
+    @app.post("/api/connections/{conn_id}/failed/retry", response_model=models.Returned, responses=PROBLEMS)
     def retry(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
         return _act("sqlqueue.retry_failed_messages", conn_id, user, selection, retry=True)
 
-    @app.post("/api/connections/{conn_id}/failed/delete")
+    @app.post("/api/connections/{conn_id}/failed/delete", response_model=models.Deleted, responses=PROBLEMS)
     def delete(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
         return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, retry=False)
 
-    app.include_router(archive_router(_guard))  # the error archive: plugins/archive_api.py
+    app.include_router(archive_router(_guard, PROBLEMS))  # the error archive: plugins/archive_api.py
     return app

@@ -38,6 +38,7 @@ from airflow_sqlqueue.dashboard import audit as audit_log
 from airflow_sqlqueue.dashboard import sources
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
+from . import models
 from .auth import EditorDep, ReaderDep, can_edit
 from .texts import MAX_SEQ, Field_, Text
 
@@ -78,11 +79,13 @@ def _ours(summary: dict[str, Any], conn_id: str, error_queue: str) -> bool:
     return summary.get("queue") == error_queue and summary.get("labels", {}).get("conn_id", conn_id) == conn_id
 
 
-def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
-    """The routes, with the page's error mapping ``guard`` (clear HTTP errors, no connection fields)."""
+def archive_router(guard: Callable[[str, Callable[[], Any]], Any],
+                   problems: dict[int | str, dict[str, Any]] | None = None) -> APIRouter:
+    """The routes, with the page's error mapping ``guard`` (clear HTTP errors, no connection fields) and the
+    errors they may answer (for the OpenAPI document)."""
     router = APIRouter()
 
-    @router.get("/api/archive/connections")
+    @router.get("/api/archive/connections", response_model=models.ArchiveSetup, responses=problems)
     def connections(user: ReaderDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             config = sources.dashboard_config()
@@ -97,7 +100,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
         with sources.open_transport(conn.conn_id, conn.error_queue) as transport:
             return transport.name(conn.error_queue)
 
-    @router.get("/api/connections/{conn_id}/archives")
+    @router.get("/api/connections/{conn_id}/archives", response_model=models.Archives, responses=problems)
     def archives(conn_id: str, user: ReaderDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
@@ -110,7 +113,8 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
 
         return guard(conn_id, work)
 
-    @router.get("/api/connections/{conn_id}/archives/{archive_id}")
+    @router.get("/api/connections/{conn_id}/archives/{archive_id}", response_model=models.ArchivePage,
+                responses=problems)
     def archive_messages(conn_id: str, archive_id: str, user: ReaderDep,
                          after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
                          limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
@@ -134,7 +138,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
 
         return guard(conn_id, work)
 
-    @router.post("/api/connections/{conn_id}/archives")
+    @router.post("/api/connections/{conn_id}/archives", response_model=models.Archived, responses=problems)
     def archive_now(conn_id: str, request: ArchiveNow, user: EditorDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
@@ -156,7 +160,8 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any]) -> APIRouter:
 
         return guard(conn_id, work)
 
-    @router.post("/api/connections/{conn_id}/archives/{archive_id}/restore")
+    @router.post("/api/connections/{conn_id}/archives/{archive_id}/restore", response_model=models.Restored,
+                 responses=problems)
     def restore(conn_id: str, archive_id: str, request: Restore, user: EditorDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)

@@ -36,6 +36,7 @@ from .previews import (
     HEADERS_PREVIEW_CHARS,
     MAX_GROUPS,
     MAX_PAGE,
+    MAX_SPELLINGS,
     FailedFilter,
     FailedPreview,
     Position,
@@ -157,16 +158,46 @@ class ErrorQueue:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
         where = where or FailedFilter()
-        spellings = self.failed_q_spellings(where.failed_q) if where.failed_q else [where.failed_q]
-        rows: list[Any] = []
-        for spelling in spellings:  # one query per spelling of the queue, merged by position
-            params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
-                      "body_bytes": body_bytes, **replace(where, failed_q=spelling).params()}
-            rows += self.session.run(lambda cur, params=params: self.dialect.execute(
-                cur, "failed_page", params, **self.table.ids).fetchall(), what=f"list {self.name!r}", read_only=True)
-        if len(spellings) > 1:
-            rows = sorted(rows, key=lambda r: int(r[1]))[:limit]
+        if where.failed_q:  # every way of writing that queue in a FailedQ header, in one statement
+            where = replace(where, failed_q_also=tuple(self.spellings_of(where.failed_q)[1:]))
+        params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
+                  "body_bytes": body_bytes, **where.params()}
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_page", params,
+                                                                 **self.table.ids).fetchall(),
+                                what=f"list {self.name!r}", read_only=True)
         return [preview(self.dialect, row, headers_chars, body_bytes) for row in rows]
+
+    def spellings_of(self, failed_q: str) -> list[str]:
+        """The texts a ``NServiceBus.FailedQ`` header may name the queue ``failed_q`` names with, ``failed_q`` first,
+        worked out from the address alone (no read): its canonical and wire forms, with and without the default
+        schema, each part quoted or not (``orders``, ``public.orders``, ``"public"."orders"``, ``"public".orders``
+        on PostgreSQL). A text that is not an address of this dialect: only itself."""
+        d = self.dialect
+        try:
+            wanted = d.parse_address(failed_q)
+        except (InvalidAddressError, ValueError):
+            return [failed_q]
+        full = replace(wanted, schema=wanted.schema or d.default_schema) if d.default_schema else wanted
+        addresses = {wanted, full}
+        if d.default_schema and full.schema == d.default_schema:
+            addresses.add(replace(full, schema=None))
+        forms = [failed_q]
+        for address in sorted(addresses, key=str):
+            forms += [d.format_address(address), d.wire_address(address), d.qualified(address)]
+            if address.schema:
+                for schema in (address.schema, d.quote(address.schema)):
+                    for table in (address.table, d.quote(address.table)):
+                        forms.append(f"{schema}.{table}")
+        spellings: list[str] = []
+        for text in forms:
+            if text in spellings:
+                continue
+            try:
+                if d.same_queue(d.parse_address(text), wanted):
+                    spellings.append(text)
+            except (InvalidAddressError, ValueError):
+                continue
+        return spellings[:MAX_SPELLINGS]
 
     def failed_q_spellings(self, failed_q: str) -> list[str]:
         """Every ``NServiceBus.FailedQ`` text in this error queue that names the same queue as ``failed_q`` (``orders``,

@@ -23,6 +23,8 @@ HEADERS_PREVIEW_CHARS = 16_384
 BODY_PREVIEW_BYTES = 4_096
 MAX_PAGE = 10_000
 MAX_GROUPS = 1_000
+#: Spellings of one queue a FailedQ filter matches in one statement (``failed_q``, ``failed_q_2``...).
+MAX_SPELLINGS = 8
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -56,6 +58,8 @@ class FailedFilter:
     message_type: str | None = None
     search: str | None = None
     missing: frozenset[str] = frozenset()
+    #: Other spellings of ``failed_q`` that name the same queue (at most ``MAX_SPELLINGS - 1``).
+    failed_q_also: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.missing) - set(FILTER_FIELDS)
@@ -79,14 +83,25 @@ class FailedFilter:
         return {k: (v if not _SURROGATE.search(v) else self.search) for k, v in forms.items()}
 
     def params(self) -> dict[str, Any]:
+        also = [t for t in self.failed_q_also if t and t != self.failed_q][:MAX_SPELLINGS - 1] if self.failed_q else []
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
                 "message_type": self.message_type or None, **self.search_forms(),
+                **{f"failed_q_{n}": (also[n - 2] if n - 2 < len(also) else None) for n in range(2, MAX_SPELLINGS + 1)},
                 **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
+
+    def described(self) -> dict[str, Any]:
+        """The filter as it was asked for (its values, and ``missing`` when given), for records and logs."""
+        out: dict[str, Any] = {k: v for k in (*FILTER_FIELDS, "search") if (v := getattr(self, k))}
+        if self.missing:
+            out["missing"] = sorted(self.missing)
+        return out
 
     def matches(self, fields: dict[str, Any]) -> bool:
         """Whether a row (or a group) with these field values is one this filter keeps (search aside)."""
         for name in FILTER_FIELDS:
             wanted, value = getattr(self, name), fields.get(name)
+            if name == "failed_q" and wanted and value in self.failed_q_also:
+                continue
             if (wanted and value != wanted) or (name in self.missing and value):
                 return False
         return True

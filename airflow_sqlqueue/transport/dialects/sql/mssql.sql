@@ -476,6 +476,7 @@ SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 -- <field>_missing = 1 matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
 -- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT TOP (%(batch_size)s) f.Id, f.RowVersion, f.failed_q, f.exception_type, f.message_type, f.time_of_failure,
        LEFT(f.exception_message, 2000), LEFT(f.stack_trace, 8000), f.headers_preview, f.headers_length,
        f.body_preview, f.body_length
@@ -497,7 +498,8 @@ FROM (
     FROM {queue} WITH (READPAST)
     WHERE RowVersion > %(after_seq)s
 ) AS f
-WHERE (%(failed_q)s IS NULL OR f.failed_q = %(failed_q)s)
+WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(failed_q_3)s, %(failed_q_4)s,
+       %(failed_q_5)s, %(failed_q_6)s, %(failed_q_7)s, %(failed_q_8)s))
   AND (%(exception_type)s IS NULL OR f.exception_type = %(exception_type)s)
   AND (%(message_type)s IS NULL OR f.message_type = %(message_type)s)
   AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0 OR CHARINDEX(%(search_wire)s, f.Headers) > 0

@@ -403,6 +403,7 @@ SELECT count(*) FROM {queue}
 -- (exact case); <field>_missing = 1 matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
 -- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"'), 2000),
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"'), 8000),
@@ -422,7 +423,8 @@ FROM (
     FROM {queue}
     WHERE seq > %(after_seq)s
 ) AS f
-WHERE (%(failed_q)s::text IS NULL OR f.failed_q = %(failed_q)s::text)
+WHERE (%(failed_q)s::text IS NULL OR f.failed_q IN (%(failed_q)s::text, %(failed_q_2)s::text, %(failed_q_3)s::text,
+       %(failed_q_4)s::text, %(failed_q_5)s::text, %(failed_q_6)s::text, %(failed_q_7)s::text, %(failed_q_8)s::text))
   AND (%(exception_type)s::text IS NULL OR f.exception_type = %(exception_type)s::text)
   AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
   AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0

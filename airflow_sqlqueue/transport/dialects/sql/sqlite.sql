@@ -257,6 +257,7 @@ SELECT count(*) FROM {queue}
 -- matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
 -- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
        substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
        body_preview, body_length, headers_type
@@ -281,7 +282,9 @@ FROM (
     FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
           FROM {queue} WHERE seq > %(after_seq)s)
 ) AS f
-WHERE (%(failed_q)s IS NULL OR f.failed_q = CAST(%(failed_q)s AS BLOB))
+WHERE (%(failed_q)s IS NULL OR f.failed_q IN (CAST(%(failed_q)s AS BLOB), CAST(%(failed_q_2)s AS BLOB),
+       CAST(%(failed_q_3)s AS BLOB), CAST(%(failed_q_4)s AS BLOB), CAST(%(failed_q_5)s AS BLOB),
+       CAST(%(failed_q_6)s AS BLOB), CAST(%(failed_q_7)s AS BLOB), CAST(%(failed_q_8)s AS BLOB)))
   AND (%(exception_type)s IS NULL OR f.exception_type = CAST(%(exception_type)s AS BLOB))
   AND (%(message_type)s IS NULL OR f.message_type = CAST(%(message_type)s AS BLOB))
   AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0

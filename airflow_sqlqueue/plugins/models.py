@@ -1,0 +1,245 @@
+"""What the page's API answers, as pydantic models: FastAPI checks every response against them and describes them
+in the OpenAPI document the app serves (``GET /api/openapi.json``), so clients can be generated and the answers
+checked against the document (tests/test_dashboard_openapi.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Answer(BaseModel):
+    """A response: its fields are exactly those declared (nothing undeclared leaves the server)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Open(BaseModel):
+    """A record with declared fields and others kept as they are (archive manifests, run plans)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Problem(Answer):
+    """Every error: what was wrong and how to fix it (a text), or the fields a request got wrong (a 422)."""
+
+    detail: str | list[dict[str, Any]]
+
+
+# -- overview and history ------------------------------------------------------------------------------------
+class QueueFigures(Answer):
+    queue: str
+    exists: bool
+    depth: int | None
+    oldest_age_seconds: float | None
+    newest_seq: int | None = None
+    thresholds: dict[str, float | int | None]
+    breaches: list[str]
+    net_flow_per_minute: float | None
+    throughput_per_minute: float | None
+    is_error_queue: bool
+    depth_exact: bool
+
+
+class ConnectionOverview(Answer):
+    conn_id: str
+    error_queue: str
+    can_edit: bool
+    queues: list[QueueFigures]
+    error: str | None
+
+
+class Overview(Answer):
+    source: str
+    user: str
+    connections: list[ConnectionOverview]
+
+
+class HistoryPoint(Answer):
+    sampled_at: str
+    depth: int
+    oldest_age_seconds: float | None
+    newest_seq: int | None
+    throughput_per_minute: float | None
+
+
+class History(Answer):
+    conn_id: str
+    queue: str
+    hours: float
+    samples: list[HistoryPoint]
+    net_flow_per_minute: float | None
+
+
+# -- the error queue -----------------------------------------------------------------------------------------
+class Group(Answer):
+    failed_q: str | None = None
+    exception_type: str | None = None
+    message_type: str | None = None
+    count: int
+    first_failure: str | None
+    last_failure: str | None
+    filter: dict[str, str | list[str]]
+
+
+class Groups(Answer):
+    conn_id: str
+    can_edit: bool
+    error_queue: str
+    by: str
+    total: int
+    grouped: int
+    groups: list[Group]
+
+
+class FailedMessage(Answer):
+    id: str
+    seq: int
+    failed_q: str | None
+    exception_type: str | None
+    message_type: str | None
+    time_of_failure: str | None
+    exception_message: str | None
+    stack_trace: str | None
+    headers: dict[str, str | None] | None
+    headers_preview: str
+    headers_length: int
+    headers_truncated: bool
+    body_preview: str
+    body_binary: bool
+    body_length: int
+    body_truncated: bool
+    bad: list[str]
+
+
+class FailedPage(Answer):
+    conn_id: str
+    can_edit: bool
+    edit_retry: bool
+    failure_headers: list[str]
+    error_queue: str
+    after: int
+    limit: int
+    messages: list[FailedMessage]
+    next_after: int | None
+
+
+class Returned(Answer):
+    conn_id: str
+    error_queue: str
+    returned: dict[str, int]
+    total_returned: int
+
+
+class Deleted(Answer):
+    conn_id: str
+    error_queue: str
+    deleted: int
+
+
+class EditSent(Answer):
+    conn_id: str
+    error_queue: str
+    queue: str
+    id: str
+    edit_of: str
+
+
+# -- batched retries -----------------------------------------------------------------------------------------
+class Run(Answer):
+    run_id: str
+    dag_run_state: str | None
+    triggered_by: str | None
+    queued_at: str | None
+    run_path: str
+    hint: str | None
+    state: str
+    started_by: str | None
+    started_at: str | None
+    ended_at: str | None
+    plan: dict[str, Any] | None
+    selection: dict[str, Any] | None
+    redirects: dict[str, str] | None
+    to_do: int | None
+    batches_done: int
+    looked_at: int
+    remaining: int | None
+    returned: dict[str, int]
+    total_returned: int
+    left_count: int
+    left: list[dict[str, str]]
+    cancel_requested_by: str | None
+    error: str | None
+    batches: list[dict[str, Any]]
+
+
+class Runs(Answer):
+    conn_id: str
+    can_edit: bool
+    edit_retry: bool
+    error_queue: str
+    queues: list[str]
+    runs: list[Run]
+
+
+class RunStarted(Answer):
+    conn_id: str
+    run_id: str
+    run_path: str
+    unpaused_dag: bool
+    hint: str | None
+
+
+class CancelAsked(Answer):
+    conn_id: str
+    run_id: str
+    cancel_requested_by: str
+    state_before: str
+
+
+# -- the error archive ---------------------------------------------------------------------------------------
+class ArchiveConnection(Answer):
+    conn_id: str
+    can_edit: bool
+
+
+class ArchiveSetup(Answer):
+    configured: bool
+    older_than_days: float | None
+    connections: list[ArchiveConnection]
+
+
+class ArchiveSummary(Open):
+    """An archive's manifest without its per-message lists (fields as the archive wrote them)."""
+
+    archive_id: str
+    queue: str
+
+
+class Archives(Answer):
+    conn_id: str
+    error_queue: str
+    can_edit: bool
+    archives: list[ArchiveSummary]
+
+
+class ArchivePage(Answer):
+    conn_id: str
+    can_edit: bool
+    archive: ArchiveSummary
+    messages: list[dict[str, Any]]
+    next_after: int | None
+
+
+class Archived(Open):
+    """What archiving did (the archive's id, rows written, rows deleted, those not found)."""
+
+    conn_id: str
+    archive_id: str
+
+
+class Restored(Open):
+    """What a restore did (rows put back, those already there)."""
+
+    conn_id: str
