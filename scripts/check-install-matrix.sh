@@ -10,7 +10,7 @@
 #      excepted, which must name the spark extra), the SQL Queues page and its API answer through Airflow's own
 #      API-server app;
 #   3. wheel[airflow,spark,parquet]: a real drain to Parquet, then the Spark job through `spark-submit` on
-#      local[*] (needs Java 17+).
+#      local[*] (needs Java 17+); SQLQUEUE_MATRIX_PYSPARK=<version> (e.g. '3.5.*') takes that PySpark instead.
 # Optional (slow: a second Airflow), when SQLQUEUE_MATRIX_AIRFLOW=<version> (e.g. 3.3.0, the lowest supported):
 #   4. wheel[airflow,postgres,parquet] on that Airflow, running the Airflow-layer tests of this checkout
 #      (SQLQUEUE_MATRIX_TESTS, default below) against it.
@@ -225,7 +225,12 @@ EOF
 
 step "3. wheel[airflow,spark,parquet]: drain to Parquet, then the Spark job on local[*]"
 command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || fail "Spark needs Java 17+ (java not on PATH, no JAVA_HOME)"
-venv spark -c "$CONSTRAINTS" "$WHEEL[airflow,spark,parquet]"
+if [ -n "${SQLQUEUE_MATRIX_PYSPARK:-}" ]; then  # another PySpark than constraints.txt's, e.g. 3.5.* (the oldest admitted)
+    grep -v '^pyspark==' "$CONSTRAINTS" >"$WORK/spark-constraints.txt"
+    venv spark -c "$WORK/spark-constraints.txt" "$WHEEL[airflow,spark,parquet]" "pyspark==$SQLQUEUE_MATRIX_PYSPARK"
+else
+    venv spark -c "$CONSTRAINTS" "$WHEEL[airflow,spark,parquet]"
+fi
 absent spark pyspark-client
 "$WORK/spark/bin/python" - "$WORK" <<'EOF' || fail "the Spark job"
 import json, os, subprocess, sys
