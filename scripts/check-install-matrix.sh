@@ -10,7 +10,7 @@
 #      excepted, which must name the spark extra), the SQL Queues page and its API answer through Airflow's own
 #      API-server app;
 #   3. wheel[airflow,spark,parquet]: a real drain to Parquet, then the Spark job through `spark-submit` on
-#      local[*] (needs Java 17+).
+#      local[*] (needs Java 17+); SQLQUEUE_MATRIX_PYSPARK=<version> (e.g. '3.5.*') takes that PySpark instead.
 # Optional (slow: a second Airflow), when SQLQUEUE_MATRIX_AIRFLOW=<version> (e.g. 3.3.0, the lowest supported):
 #   4. wheel[airflow,postgres,parquet] on that Airflow, running the Airflow-layer tests of this checkout
 #      (SQLQUEUE_MATRIX_TESTS, default below) against it.
@@ -158,7 +158,7 @@ assert "airflow_sqlqueue" not in err and "sqlqueue" not in err.lower(), err[-200
 print(f"   ok: airflow providers list: airflow-provider-sqlqueue {ours[0]['version']}, no warning about it")
 EOF
 AIRFLOW_CONN_SQLQUEUE_DEFAULT="sqlite:///$WORK/queues.db" \
-AIRFLOW_VAR_SQLQUEUE_MAINTENANCE='{"connections": {"sqlqueue_default": {}}}' \
+AIRFLOW_VAR_SQLQUEUE_MAINTENANCE="{\"connections\": {\"sqlqueue_default\": {}}, \"archive\": {\"location\": \"$WORK/archive\"}}" \
 "$WORK/airflow/bin/python" - <<'EOF' || fail "the provider in Airflow"
 import importlib, os, pkgutil, sys, warnings
 
@@ -217,11 +217,20 @@ assert overview.status_code == 200, (overview.status_code, overview.text[:1000])
 queues = {q["queue"]: q for c in overview.json()["connections"] for q in c.get("queues", [])}
 assert queues.get("orders", {}).get("depth") == 1, overview.json()
 print("   ok: GET /sqlqueue/ (the page) 200; GET /sqlqueue/api/overview 200: orders depth 1")
+archives = client.get("/sqlqueue/api/connections/sqlqueue_default/archives", headers=auth)
+assert archives.status_code == 501 and "airflow-provider-sqlqueue[parquet]" in archives.json()["detail"], (
+    archives.status_code, archives.text[:1000])
+print("   ok: GET /sqlqueue/api/connections/sqlqueue_default/archives without pyarrow: 501 naming [parquet]")
 EOF
 
 step "3. wheel[airflow,spark,parquet]: drain to Parquet, then the Spark job on local[*]"
 command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || fail "Spark needs Java 17+ (java not on PATH, no JAVA_HOME)"
-venv spark -c "$CONSTRAINTS" "$WHEEL[airflow,spark,parquet]"
+if [ -n "${SQLQUEUE_MATRIX_PYSPARK:-}" ]; then  # another PySpark than constraints.txt's, e.g. 3.5.* (the oldest admitted)
+    grep -v '^pyspark==' "$CONSTRAINTS" >"$WORK/spark-constraints.txt"
+    venv spark -c "$WORK/spark-constraints.txt" "$WHEEL[airflow,spark,parquet]" "pyspark==$SQLQUEUE_MATRIX_PYSPARK"
+else
+    venv spark -c "$CONSTRAINTS" "$WHEEL[airflow,spark,parquet]"
+fi
 absent spark pyspark-client
 "$WORK/spark/bin/python" - "$WORK" <<'EOF' || fail "the Spark job"
 import json, os, subprocess, sys
@@ -250,7 +259,9 @@ proc = subprocess.run([str(Path(sys.executable).with_name("spark-submit")), "--m
                       capture_output=True, text=True, timeout=600,
                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                            "PYSPARK_PYTHON": sys.executable})  # as in an activated virtual environment
-assert proc.returncode == 0, proc.stderr[-3000:]
+if proc.returncode != 0:  # Spark's INFO lines hide the error: show the others
+    lines = [line for line in proc.stderr.splitlines() if " INFO " not in line and " WARN " not in line]
+    sys.exit(f"spark-submit exited {proc.returncode}:\n" + "\n".join(lines[-60:]) + "\n" + proc.stdout[-2000:])
 summary = json.loads(proc.stdout.strip().splitlines()[-1])
 assert summary["messages"] == 20 and summary["input_rows"] == 20, summary
 print(f"   ok: 20 messages drained to 2 Parquet files; spark-submit job.py on local[*] (PySpark "
@@ -260,16 +271,19 @@ EOF
 if [ -n "${SQLQUEUE_MATRIX_AIRFLOW:-}" ]; then
     step "4. Airflow $SQLQUEUE_MATRIX_AIRFLOW: wheel[airflow,postgres,parquet] and the Airflow-layer tests"
     tests="${SQLQUEUE_MATRIX_TESTS:-tests/test_provider.py tests/test_example_dags.py tests/test_sensor.py tests/test_triggers.py tests/test_operators.py}"
-    # constraints.txt pins Airflow 3.3.2: this environment resolves the given Airflow freely instead
-    (cd "$ROOT" && venv floor "$WHEEL[airflow,postgres,parquet]" "apache-airflow==$SQLQUEUE_MATRIX_AIRFLOW" \
-        "apache-airflow-core==$SQLQUEUE_MATRIX_AIRFLOW" --group pyproject.toml:test)
+    # constraints.txt pins Airflow 3.3.2 and what it needs: this environment resolves the given Airflow freely, and
+    # pins only the test tools to constraints.txt's versions
+    grep -E '^(pytest|pytest-timeout|pluggy|iniconfig|hypothesis|sqlglot)==' "$CONSTRAINTS" >"$WORK/floor-constraints.txt"
+    (cd "$ROOT" && venv floor -c "$WORK/floor-constraints.txt" "$WHEEL[airflow,postgres,parquet]" \
+        "apache-airflow==$SQLQUEUE_MATRIX_AIRFLOW" "apache-airflow-core==$SQLQUEUE_MATRIX_AIRFLOW" \
+        --group pyproject.toml:test)
     "$WORK/floor/bin/python" -c "import airflow; print('   ok: Airflow', airflow.__version__)"
     # run from a copy of the tests only, so that the installed wheel (not the checkout) is imported
     mkdir -p "$WORK/floor-tests"
     cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$WORK/floor-tests/"
     sed -i 's/^pythonpath = \["."\]/pythonpath = []/' "$WORK/floor-tests/pyproject.toml"
     (cd "$WORK/floor-tests" && PYTHONPATH="$WORK/floor-tests" AIRFLOW_HOME="$WORK/floor-home" \
-        "$WORK/floor/bin/python" -m pytest -q -p no:cacheprovider -x $tests) || fail "Airflow-layer tests on $SQLQUEUE_MATRIX_AIRFLOW"
+        "$WORK/floor/bin/python" -m pytest -q -p no:cacheprovider --tb=line -rfE $tests) || fail "Airflow-layer tests on $SQLQUEUE_MATRIX_AIRFLOW"
 fi
 
 printf '\ninstall matrix: every check passed in %ss\n' "$((SECONDS - START))"

@@ -13,6 +13,7 @@ connections as ``AIRFLOW_CONN_<ID>`` variables, loading a DAG from ``tests/dags`
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import shutil
@@ -117,7 +118,8 @@ def task_states(dag_run: Any) -> dict[str, str]:
 
 
 # -- the provider's DAG folder, example_dags/ (maintenance and example DAGs) --------------------------------
-PROJECT_DAGS_FOLDER = Path(__file__).resolve().parent.parent / "airflow_sqlqueue" / "example_dags"
+# the imported package's folder: the checkout's, or an installed wheel's (scripts/check-install-matrix.sh)
+PROJECT_DAGS_FOLDER = Path(importlib.util.find_spec("airflow_sqlqueue.example_dags").submodule_search_locations[0])
 PROJECT_BUNDLE = "sqlqueue-dags"
 
 

@@ -15,6 +15,7 @@ import tests.airflow_env  # noqa: F401  (sets AIRFLOW_HOME before any airflow im
 # isort: split
 
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from airflow_sqlqueue.get_provider_info import get_provider_info
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DAG_FOLDERS = [ROOT / "tests" / "dags", ROOT / "airflow_sqlqueue" / "example_dags"]
+DAG_FOLDERS = [ROOT / "tests" / "dags", Path(importlib.util.find_spec("airflow_sqlqueue.example_dags").origin).parent]
 PACKAGE = "airflow-provider-sqlqueue"
 
 
