@@ -9,7 +9,9 @@ statement and commits; ``abandon`` rolls everything back. If the process dies fi
 transaction back and every row returns to the queue.
 
 A claim opened with ``take=True`` deletes its rows as it locks them (one ``DELETE ... RETURNING``): for callers
-that keep the whole batch or none of it (the drain, at-most-once receives); there ``release`` is refused.
+that keep the whole batch or none of it (the drain, the handler pump's NONE mode); there ``release`` is refused.
+``take_once`` (below) is the at-most-once ``receive()`` where a statement can commit by itself (PostgreSQL,
+SQLite): the same take and the same triage of rows, without a transaction around them.
 
 Every method blocks and is safe to call from any thread, one call at a time (the event trigger calls them
 through ``asyncio.to_thread``).
