@@ -246,3 +246,22 @@ def _raised(work: Any) -> BaseException | None:
     except BaseException as exc:  # noqa: BLE001 - returned for the test to inspect
         return exc
     return None
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_claims_delete_leaves_with_its_commit_on_postgres(db: Db) -> None:
+    """The handler pump's batch ends with one round trip: the delete of the acked rows and COMMIT, pipelined."""
+    db.transport.create_queue(db.q("orders"))
+    db.transport.send_many(db.q("orders"), [b"a", b"b", b"c"])
+    trace = PgTrace()
+    with _pg_transport(db, trace) as transport:
+        claim = transport.claim(db.q("orders"), 2)
+        claim.ack_all()
+        trace.start()
+        claim.commit()
+        lines = trace.lines()
+    waits = [line for line in lines if line.startswith("B") and "ReadyForQuery" in line]
+    assert len(waits) == 1 and waits[0].rstrip().endswith("I"), lines
+    assert any("DELETE" in line for line in lines) and any('"COMMIT"' in line for line in lines), lines
+    assert [bytes(m.body) for m in db.transport.receive(db.q("orders"), 10)] == [b"c"]

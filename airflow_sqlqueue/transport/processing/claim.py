@@ -182,15 +182,12 @@ class Claim:
             if self._closed:
                 return
             tx = self._open()
-            try:
-                if self._done:
-                    self.queue.delete(tx.cursor, self._done)
-            except BaseException as exc:
-                self._end(exc)
-                raise
+            done = self._done
             self._closed = True
             self._tx = None
-            tx.commit()
+            # the delete leaves with the COMMIT where the driver can (one round trip); if it fails, nothing is
+            # committed and every row returns to the queue
+            tx.commit((lambda cursor: self.queue.delete(cursor, done)) if done else None)
 
     def abandon(self) -> None:
         """Roll everything back: every row returns to the queue, the error-queue copies are undone."""
