@@ -47,7 +47,7 @@ def _slots(dialect: MssqlDialect, address: QueueAddress) -> dict[str, str]:
 #: PostgreSQL statements SQL Server has no counterpart for: LISTEN/NOTIFY wake-ups, psycopg 3's binary parameters,
 #: the migration of PostgreSQL tables made by airflow-sqlqueue 0.1 (SQL Server shapes did not change) and the
 #: catalog look-ups that support it.
-POSTGRES_ONLY = ({*POSTGRES.notify_ddl, "notify_installed", "listen", "relation_named",
+POSTGRES_ONLY = ({*POSTGRES.notify_ddl, "notify_installed", "listen", "relation_named", "commit",
                   "move_due_delayed_legacy"} | {n for n in POSTGRES.statements if n.startswith("migrate_")})
 
 

@@ -27,7 +27,7 @@ from .operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_
 from .operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub, Subscription
 from .operations.pump import MessagePump, ProcessSummary
 from .operations.wakeups import Wakeups
-from .processing.claim import Claim
+from .processing.claim import Claim, take_once
 from .processing.modes import TransactionMode
 from .processing.recoverability import Recoverability
 from .processing.sending import Outbox
@@ -281,9 +281,15 @@ class SqlQueueTransport:
             yield ReceivedBatch(claim.messages, claim.stats)
 
     def receive(self, queue: str | QueueAddress, max_messages: int = 1) -> list[ReceivedMessage]:
-        """Take up to ``max_messages`` and commit at once (at-most-once: the caller owns them now)."""
+        """Take up to ``max_messages`` and commit at once (at-most-once: the caller owns them now).
+
+        On PostgreSQL and SQLite this is one statement in autocommit (one round trip); see
+        :func:`~airflow_sqlqueue.transport.processing.claim.take_once` for the rows that need sorting out.
+        """
         table = self.book.queue(queue)
         check_count(max_messages, "max_messages")
+        if self.dialect.autocommit_statements:
+            return take_once(self.session, table, max_messages)
 
         def attempt() -> list[ReceivedMessage]:
             with Claim(self.session, table, take=True).open(max_messages) as claim:

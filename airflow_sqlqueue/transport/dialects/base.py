@@ -272,6 +272,12 @@ class Dialect:
     def begin(self, cursor: Any, read_only: bool = False) -> None:
         """Start a transaction where the driver does not start one implicitly."""
 
+    def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
+        """Run ``last(cursor)`` (the transaction's last statement, its result unread) and commit. A dialect whose
+        driver can send both at once (one round trip) does so."""
+        last(cursor)
+        connection.commit()
+
     def autocommit(self, connection: Any, on: bool) -> None:
         """Turn a pooled connection's autocommit on (for one statement that commits by itself) or back off.
         Only called where ``autocommit_statements`` is set."""

@@ -145,6 +145,16 @@ class PostgresDialect(Dialect):
         if hasattr(connection, "set_session"):  # psycopg2
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
 
+    def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
+        """psycopg 3 with a libpq that pipelines: the last statement and COMMIT leave together (one round trip);
+        an error of either is raised when the pipeline syncs, and the transaction is not committed."""
+        if not _pipelines(connection):
+            super().commit_after(connection, cursor, last)
+            return
+        with connection.pipeline():  # one Sync when the block ends: both answered in one round trip
+            last(cursor)
+            self.execute(cursor, "commit")
+
     def autocommit(self, connection: Any, on: bool) -> None:
         """psycopg 3 and psycopg2 alike: an attribute, set while no transaction is open (no round trip)."""
         if connection.autocommit != on:
@@ -430,6 +440,24 @@ class PostgresDialect(Dialect):
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         return sqlstate(exc) == UNIQUE_VIOLATION
+
+
+_PIPELINES: dict[type, bool] = {}
+
+
+def _pipelines(connection: Any) -> bool:
+    """Whether a connection can pipeline statements (psycopg 3 on libpq 14 or later; never psycopg2)."""
+    kind = type(connection)
+    known = _PIPELINES.get(kind)
+    if known is None:
+        try:
+            import psycopg
+
+            known = issubclass(kind, psycopg.Connection) and psycopg.Pipeline.is_supported()
+        except ImportError:  # pragma: no cover - psycopg2 only
+            known = False
+        _PIPELINES[kind] = known
+    return known
 
 
 def _a(noun: str) -> str:

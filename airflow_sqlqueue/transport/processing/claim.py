@@ -9,7 +9,9 @@ statement and commits; ``abandon`` rolls everything back. If the process dies fi
 transaction back and every row returns to the queue.
 
 A claim opened with ``take=True`` deletes its rows as it locks them (one ``DELETE ... RETURNING``): for callers
-that keep the whole batch or none of it (the drain, at-most-once receives); there ``release`` is refused.
+that keep the whole batch or none of it (the drain, the handler pump's NONE mode); there ``release`` is refused.
+``take_once`` (below) is the at-most-once ``receive()`` where a statement can commit by itself (PostgreSQL,
+SQLite): the same take and the same triage of rows, without a transaction around them.
 
 Every method blocks and is safe to call from any thread, one call at a time (the event trigger calls them
 through ``asyncio.to_thread``).
@@ -18,13 +20,18 @@ through ``asyncio.to_thread``).
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
-from ..common.errors import SqlQueueError
+from ..common.errors import OutcomeUnknownError, SqlQueueError
+from ..common.redaction import first_line
 from ..tables.queue import ReceiveStats, SeqRange, TableQueue
 from ..tables.session import Session, Transaction
 from ..wire.messages import ReceivedMessage
+
+log = logging.getLogger(__name__)
 
 
 class ClaimClosedError(SqlQueueError):
@@ -175,15 +182,12 @@ class Claim:
             if self._closed:
                 return
             tx = self._open()
-            try:
-                if self._done:
-                    self.queue.delete(tx.cursor, self._done)
-            except BaseException as exc:
-                self._end(exc)
-                raise
+            done = self._done
             self._closed = True
             self._tx = None
-            tx.commit()
+            # the delete leaves with the COMMIT where the driver can (one round trip); if it fails, nothing is
+            # committed and every row returns to the queue
+            tx.commit((lambda cursor: self.queue.delete(cursor, done)) if done else None)
 
     def abandon(self) -> None:
         """Roll everything back: every row returns to the queue, the error-queue copies are undone."""
@@ -216,3 +220,62 @@ class Claim:
 
 class _Abandoned(Exception):
     """Stands for the reason of an abandoned claim (a plain rollback)."""
+
+
+def take_once(session: Session, queue: TableQueue, count: int) -> list[ReceivedMessage]:
+    """An at-most-once receive as lean as a hand loop: up to ``count`` of the oldest rows taken by one statement in
+    autocommit (one round trip, no BEGIN or COMMIT; only where ``dialect.autocommit_statements`` is set).
+
+    The common rows are the messages. Rows that need more (expired: dropped; unreadable or to be forwarded: error
+    queue or the queue they name) are taken out with them and sorted out at once in a transaction of their own;
+    should that fail, they are put back into the queue (under their Ids) and the failure is logged. Between the
+    two a process that dies loses those rows, as it loses the messages it received. A connection lost once the
+    statement left raises ``OutcomeUnknownError``: the rows it took, if any, are gone.
+    """
+    what = f"receive from {queue.name!r}"
+
+    def unknown(exc: BaseException) -> Exception:
+        return OutcomeUnknownError(
+            f"{what}: the connection was lost once the receive was sent ({first_line(exc)}): up to {count} "
+            "message(s) may have been taken and are lost (receive() is at-most-once); use receiving() or a claim "
+            "where a lost connection must leave them in the queue")
+
+    rows = session.run_once(lambda cursor: queue.take(cursor, count), what=what, unknown=unknown)
+    deferred: list[Sequence[Any]] = []
+    messages, _ = queue.sort_out(None, rows, ReceiveStats(), deferred)
+    if not deferred:
+        return messages
+
+    def settle(cursor: Any) -> list[ReceivedMessage]:
+        return queue.sort_out(cursor, deferred, ReceiveStats())[0]
+
+    try:
+        more = session.run(settle, what=what)
+    except Exception as exc:  # noqa: BLE001 - the rows go back; the messages taken are the caller's already
+        _put_back(session, queue, deferred, exc)
+        return messages
+    if more:
+        messages = sorted(messages + more, key=_position)
+    return messages
+
+
+def _position(message: ReceivedMessage) -> tuple[bool, int]:
+    return message.seq is None, message.seq or 0
+
+
+def _put_back(session: Session, queue: TableQueue, rows: list[Sequence[Any]], exc: Exception) -> None:
+    """Return rows a lean receive could not sort out into their queue (same Id, headers and body)."""
+    ids = ", ".join(str(row[0]) for row in rows[:5])
+
+    def put(cursor: Any) -> None:
+        for row in rows:
+            queue.put(cursor, row[0], row[3], row[4])
+
+    try:
+        session.run(put, what=f"put rows back into {queue.name!r}")
+    except Exception as error:  # noqa: BLE001 - nothing more can be done: said loudly
+        log.error("receive from %s took %d row(s) it could not sort out (%s) nor put back (%s): they are lost "
+                  "(Ids %s)", queue.name, len(rows), first_line(exc), first_line(error), ids)
+        return
+    log.warning("receive from %s could not sort out %d row(s) (%s): put back into the queue (Ids %s)", queue.name,
+                len(rows), first_line(exc), ids)

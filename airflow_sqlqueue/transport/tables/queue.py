@@ -147,12 +147,13 @@ class TableQueue:
             self.dialect.delete_seqs(cursor, self.address, seqs)
 
     # -- sorting rows out --------------------------------------------------------------------------
-    def sort_out(self, cursor: Any, rows: list[Sequence[Any]], stats: ReceiveStats) -> tuple[list[ReceivedMessage],
-                                                                                             list[int]]:
+    def sort_out(self, cursor: Any, rows: list[Sequence[Any]], stats: ReceiveStats,
+                 deferred: list[Sequence[Any]] | None = None) -> tuple[list[ReceivedMessage], list[int]]:
         """The messages among ``rows`` (FIFO), and the positions of the rows settled here (expired, poison, forwarded).
 
         The common row (a JSON object of strings, not expired, no forward header, a UUID id and bytes body) takes
-        the fast path; anything else is decided by ``_unusual``.
+        the fast path; anything else is decided by ``_unusual``, or, when a ``deferred`` list is given (and
+        ``cursor`` may be None), appended to it for the caller to sort out in a transaction of its own.
         """
         messages: list[ReceivedMessage] = []
         settled: list[int] = []
@@ -169,6 +170,9 @@ class TableQueue:
             if (type(headers) is not _DICT or expired or forward in headers
                     or not only_text(map(type, headers.values())) or type(body) is not _BYTES
                     or type(text) is not _STR):
+                if deferred is not None:
+                    deferred.append(row)
+                    continue
                 message = self._unusual(cursor, row, stats)
                 if message is None:
                     settled.append(seq)

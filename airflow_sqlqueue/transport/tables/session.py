@@ -361,13 +361,19 @@ class Transaction:
             if self.gate is not None:
                 self.gate.leave()
 
-    def commit(self) -> None:
-        """Commit and give the connection back; a commit that fails closes the connection and raises."""
+    def commit(self, last: Callable[[Any], Any] | None = None) -> None:
+        """Commit and give the connection back; a commit that fails closes the connection and raises.
+
+        ``last(cursor)`` runs the transaction's last statement first (its result unread), sent with the COMMIT
+        where the driver can (one round trip); if it fails, nothing is committed and the connection is closed."""
         if not self.open:
             return
         self.open = False
         try:
-            self.connection.commit()
+            if last is None:
+                self.connection.commit()
+            else:
+                self.session.dialect.commit_after(self.connection, self.cursor, last)
         except BaseException:
             self.session.checkin(self.connection, False)  # closed, with its cursor
             raise

@@ -189,6 +189,10 @@ SELECT gen_random_uuid(), NULL, due.headers, COALESCE(due.body, ''::bytea) FROM 
 SELECT count(*) FROM information_schema.columns
 WHERE table_schema = %(schema_name)s AND table_name = %(table_name)s AND column_name = %(column_name)s
 
+-- commit --
+-- End a transaction: sent in one pipeline with its last statement (one round trip for both).
+COMMIT
+
 -- savepoint --
 -- Mark a point to undo one message's work.
 SAVEPOINT {savepoint}

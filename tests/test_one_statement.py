@@ -1,9 +1,11 @@
-"""A send outside any transaction of the caller's is one autocommit statement: one round trip on PostgreSQL (seen in
-libpq's protocol trace), one statement and no BEGIN/COMMIT on SQLite (seen in sqlite3's trace); a connection lost
-once that statement left raises ``SendOutcomeUnknownError`` and sends nothing twice."""
+"""A send outside any transaction of the caller's, and an at-most-once ``receive``, are one autocommit statement:
+one round trip on PostgreSQL (seen in libpq's protocol trace), one statement and no BEGIN/COMMIT on SQLite (seen
+in sqlite3's trace). A connection lost once that statement left raises ``SendOutcomeUnknownError`` (sends nothing
+twice) or ``OutcomeUnknownError``; rows a lean receive cannot sort out go back to the queue."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import tempfile
 import threading
@@ -14,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from airflow_sqlqueue.transport import OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
+from airflow_sqlqueue.transport import OutcomeUnknownError, OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
 from tests.conftest import _PG_SKIP, PG_URL, Db
+from tests.reliability.helpers import insert_raw
 
 pg_only = pytest.mark.skipif(_PG_SKIP is not None, reason=str(_PG_SKIP))
 
@@ -151,3 +154,114 @@ def test_a_lost_connection_after_the_send_left_raises_outcome_unknown_and_sends_
     finally:
         locker.close()
         transport.close()
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+@pytest.mark.parametrize("count", [1, 100])
+def test_a_receive_is_one_round_trip_on_postgres(db: Db, count: int) -> None:
+    db.transport.create_queue(db.q("orders"))
+    db.transport.send_many(db.q("orders"), [b"m%d" % i for i in range(count + 1)])
+    trace = PgTrace()
+    with _pg_transport(db, trace) as transport:
+        assert [bytes(m.body) for m in transport.receive(db.q("orders"))] == [b"m0"]  # warm-up
+        trace.start()
+        taken = transport.receive(db.q("orders"), count)
+        lines = trace.lines()
+    waits = [line for line in lines if line.startswith("B") and "ReadyForQuery" in line]
+    assert len(waits) == 1 and waits[0].rstrip().endswith("I"), lines
+    assert [bytes(m.body) for m in taken] == [b"m%d" % i for i in range(1, count + 1)]
+    assert _count(db, "orders") == 0
+
+
+def test_a_receive_on_sqlite_is_one_statement_without_begin(tmp_path: Path) -> None:
+    statements: list[str] = []
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(tmp_path / "q.db", check_same_thread=False)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    with SqlQueueTransport(connect, "sqlite") as transport:
+        transport.create_queues(["orders", "error"])
+        transport.send_many("orders", [b"a", b"b", b"c"])
+        assert [bytes(m.body) for m in transport.receive("orders")] == [b"a"]
+        statements.clear()
+        assert [bytes(m.body) for m in transport.receive("orders", 5)] == [b"b", b"c"]
+        assert len(statements) == 1 and statements[0].lstrip().upper().startswith("DELETE"), statements
+
+
+def test_rows_a_receive_cannot_sort_out_go_back_and_the_messages_are_returned(db: Db, caplog) -> None:
+    """Poison rows need the error queue; without one they cannot be settled: they are put back (same Id), the
+    messages taken with them are returned in order, and the failure is logged."""
+    db.transport.create_queue(db.q("orders"))  # no error queue
+    db.transport.send(db.q("orders"), b"first")
+    insert_raw(db, "orders", "not json", b"poison")
+    db.transport.send(db.q("orders"), b"last")
+    with caplog.at_level(logging.WARNING):
+        taken = db.transport.receive(db.q("orders"), 10)
+    assert [bytes(m.body) for m in taken] == [b"first", b"last"]
+    assert _count(db, "orders") == 1 and "put back" in caplog.text
+    db.transport.create_queue(db.q("error"))
+    assert db.transport.receive(db.q("orders"), 10) == []  # now it is dead-lettered
+    assert _count(db, "orders") == 0 and _count(db, "error") == 1
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_lost_connection_during_a_receive_raises_outcome_unknown(db: Db) -> None:
+    import psycopg
+
+    queue = db.q("orders")
+    db.transport.create_queue(queue)
+    db.transport.send(queue, b"kept")
+    app = "sqlqueue-lost-" + uuid.uuid4().hex[:8]
+    transport = SqlQueueTransport(lambda: psycopg.connect(PG_URL, application_name=app), "postgres",
+                                  error_queue=db.q("error"))
+    locker = psycopg.connect(PG_URL)
+    try:
+        locker.execute(f"LOCK TABLE {queue} IN ACCESS EXCLUSIVE MODE")  # noqa: S608 - test table
+        outcome: list[BaseException] = []
+        receiver = threading.Thread(target=lambda: outcome.append(_raised(lambda: transport.receive(queue))))
+        receiver.start()
+        deadline, killed = time.monotonic() + 10, 0
+        while not killed and time.monotonic() < deadline:
+            killed = db.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s "
+                            "AND wait_event_type = 'Lock'", (app,))[0][0]
+            time.sleep(0.05)
+        receiver.join(10)
+        locker.rollback()
+        [error] = outcome
+        assert killed == 1 and isinstance(error, OutcomeUnknownError), repr(error)
+        assert not isinstance(error, SendOutcomeUnknownError) and "at-most-once" in str(error)
+        assert _count(db, "orders") == 1  # the lock held the row: here it is still there
+    finally:
+        locker.close()
+        transport.close()
+
+
+def _raised(work: Any) -> BaseException | None:
+    try:
+        work()
+    except BaseException as exc:  # noqa: BLE001 - returned for the test to inspect
+        return exc
+    return None
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_claims_delete_leaves_with_its_commit_on_postgres(db: Db) -> None:
+    """The handler pump's batch ends with one round trip: the delete of the acked rows and COMMIT, pipelined."""
+    db.transport.create_queue(db.q("orders"))
+    db.transport.send_many(db.q("orders"), [b"a", b"b", b"c"])
+    trace = PgTrace()
+    with _pg_transport(db, trace) as transport:
+        claim = transport.claim(db.q("orders"), 2)
+        claim.ack_all()
+        trace.start()
+        claim.commit()
+        lines = trace.lines()
+    waits = [line for line in lines if line.startswith("B") and "ReadyForQuery" in line]
+    assert len(waits) == 1 and waits[0].rstrip().endswith("I"), lines
+    assert any("DELETE" in line for line in lines) and any('"COMMIT"' in line for line in lines), lines
+    assert [bytes(m.body) for m in db.transport.receive(db.q("orders"), 10)] == [b"c"]
