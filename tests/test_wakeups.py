@@ -236,3 +236,31 @@ def test_push_false_polls_sqlite_without_watching(lite):
     lite.transport.create_queues(["orders"])
     wakeups = lite.transport.wakeups("orders", poll_interval=0.5, push=False)
     assert wakeups.start() is False and not wakeups.watching_files
+
+
+def test_a_sqlite_watcher_wakes_on_an_insert_of_another_process(lite):
+    """A sender in another process that knows nothing of the watcher (a plain sqlite3 INSERT, as a hand-written or
+    .NET-style sender writes a row) wakes it long before a 600 s poll, from the event loop's wait."""
+    import asyncio
+    import sys
+
+    t = lite.transport
+    t.create_queues(["orders", "error"])
+    path = lite.url[len("sqlite:///"):]
+    script = ("import sqlite3, sys, time, uuid; time.sleep(0.3); c = sqlite3.connect(sys.argv[1], timeout=60); "
+              "c.execute('INSERT INTO orders (id, expires, headers, body) VALUES (?, NULL, ?, ?)', "
+              "(str(uuid.uuid4()), '{}', b'other')); c.commit()")
+
+    async def scenario() -> bool:
+        wakeups = t.wakeups("orders", poll_interval=600)
+        try:
+            await asyncio.to_thread(wakeups.start)
+            sender = await asyncio.create_subprocess_exec(sys.executable, "-c", script, path)
+            woken = await asyncio.wait_for(wakeups.wait_async(found=False), 60)
+            assert await sender.wait() == 0
+            return woken
+        finally:
+            wakeups.close()
+
+    assert asyncio.run(scenario()) is True
+    assert [bytes(m.body) for m in t.receive("orders")] == [b"other"]

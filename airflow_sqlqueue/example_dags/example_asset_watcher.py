@@ -27,7 +27,7 @@ emitted again after a crash) is skipped, through the inbox table `SqlQueueInbox`
 database. Writes a handler makes through `once.cursor` / `once.send` count exactly once; writes elsewhere are
 at-least-once (make them idempotent by `id`).
 
-**Fast by default**: on SQLite the trigger notices a send within 0.2 s by watching the database's files (no
+**Fast by default**: on SQLite the trigger notices a send within 0.02 s by watching the database's files (no
 query); on PostgreSQL create the queue with the wake-up trigger (`sqlqueue create events error --notify`) and a
 send wakes it at once. Otherwise it polls every 2 s, backing off to 8 s while idle.
 
