@@ -279,3 +279,13 @@ def test_the_circuit_breaker_and_the_receiver_loop_log_no_password_a_driver_erro
     assert len(caplog.records) >= 3  # armed, each retry, triggered
     assert not any("second line" in r.getMessage() for r in caplog.records)
     _assert_clean(secret, caplog, str(info.value))
+
+
+def test_blank_skips_absent_secrets_and_blanks_every_form_of_a_present_one() -> None:
+    """A connection without a password (``None`` or empty: Airflow gives either) blanks nothing, and never the text
+    ``on`` (what ``repr(None)`` would leave); a present one is blanked as written, percent-decoded and repr-escaped."""
+    from airflow_sqlqueue.transport.common.redaction import MASK, blank
+
+    text = "connection 'sqtest' on host db: could not connect"
+    assert blank(text, None, "") == text
+    assert blank("pw p%40ss and p@ss and it's", "p%40ss", "it's") == f"pw {MASK} and {MASK} and {MASK}"

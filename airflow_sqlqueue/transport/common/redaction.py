@@ -40,7 +40,9 @@ def redact_url(url: str) -> str:
 def blank(text: str, *secrets: str | None) -> str:
     """``text`` with each secret blanked, as written, percent-decoded and as Python's ``repr`` escapes it."""
     for secret in secrets:
-        for plain in (secret, unquote(secret or "")):
+        if not secret:
+            continue
+        for plain in (secret, unquote(secret)):
             for form in sorted({plain, repr(plain)[1:-1]}, key=len, reverse=True):
                 if form:
                     text = text.replace(form, MASK)
