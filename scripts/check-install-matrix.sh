@@ -280,7 +280,7 @@ if [ -n "${SQLQUEUE_MATRIX_AIRFLOW:-}" ]; then
     "$WORK/floor/bin/python" -c "import airflow; print('   ok: Airflow', airflow.__version__)"
     # run from a copy of the tests only, so that the installed wheel (not the checkout) is imported
     mkdir -p "$WORK/floor-tests"
-    cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$WORK/floor-tests/"
+    cp -r "$ROOT/tests" "$ROOT/docs" "$ROOT/pyproject.toml" "$WORK/floor-tests/"  # docs: tests check the tables
     sed -i 's/^pythonpath = \["."\]/pythonpath = []/' "$WORK/floor-tests/pyproject.toml"
     (cd "$WORK/floor-tests" && PYTHONPATH="$WORK/floor-tests" AIRFLOW_HOME="$WORK/floor-home" \
         "$WORK/floor/bin/python" -m pytest -q -p no:cacheprovider --tb=line -rfE $tests) || fail "Airflow-layer tests on $SQLQUEUE_MATRIX_AIRFLOW"

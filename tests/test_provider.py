@@ -242,7 +242,9 @@ def _sqlqueue_options_read() -> set[str]:
     import ast
 
     found = set()
-    for path in (Path(__file__).parent.parent / "airflow_sqlqueue").rglob("*.py"):
+    import airflow_sqlqueue
+
+    for path in Path(airflow_sqlqueue.__file__).parent.rglob("*.py"):  # the package imported (checkout or wheel)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and (node.func.attr.startswith("get") or node.func.attr == "has_option")
