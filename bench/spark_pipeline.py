@@ -143,6 +143,18 @@ def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(f"| {k} | {runs} | {m['drain_seconds']:.1f} | {meta['messages'] / m['drain_seconds']:,.0f} | "
                      f"{m['spark_seconds']:.1f} | {m['total_seconds']:.1f} | {ratio['total_seconds']} | "
                      f"{drain_ratio} | {ratio['spark_seconds']} | {memory} |")
+    if hand:
+        lines += ["", "Per repeat (each contestant beside the hand pipeline of the same repeat, minutes apart):", "",
+                  "| repeat | pipeline | end to end vs hand | drain vs hand (throughput) | Spark vs hand |",
+                  "|---:|---|---:|---:|---:|"]
+        for repeat in sorted({s["repeat"] for s in samples}):
+            base = next((s for s in samples if s["repeat"] == repeat and s["kind"] == "hand"), None)
+            for s in samples:
+                if base is None or s["repeat"] != repeat or s["kind"] == "hand":
+                    continue
+                lines.append(f"| {repeat + 1} | {s['kind']} | {s['total_seconds'] / base['total_seconds']:.2f}x | "
+                             f"{base['drain_seconds'] / s['drain_seconds']:.2f}x | "
+                             f"{s['spark_seconds'] / base['spark_seconds']:.2f}x |")
     lines += ["", "Spark s is the whole Spark process (Python and JVM start-up included, as a user pays it). "
               "`dataset` also writes the typed, deduplicated messages (bodies decoded) partitioned by type and date.",
               "", f"Command: `{meta['command']}`", ""]
@@ -151,6 +163,10 @@ def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_report":  # the tables again from a results JSON
+        data = json.loads(Path(argv[1]).read_text())
+        print(report(data["samples"], data["meta"]))
+        return 0
     if argv and argv[0] == "_summary":  # the provider's Spark step in its own process
         print(json.dumps(project_summary(argv[1], argv[2], argv[3] == "--dataset"), sort_keys=True, default=str))
         return 0

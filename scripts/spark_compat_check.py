@@ -30,15 +30,17 @@ SENT = datetime(2024, 3, 1, 12, tzinfo=timezone.utc)
 
 
 def batches(folder: str) -> None:
-    """3,000 rows in three files: 2,500 messages (500 of them twice), 3 types, 2 endpoints, four body kinds."""
+    """3,000 rows in three files: 2,500 messages (500 of them drained twice: the same row, received a second
+    later), 3 types, 2 endpoints, four body kinds."""
     rows = []
     for i in range(3000):
-        headers = {"NServiceBus.MessageId": f"m{i % 2500}", "NServiceBus.EnclosedMessageTypes": f"T{i % 3}, Asm",
-                   "NServiceBus.OriginatingEndpoint": f"E{i % 2}",
+        j = i % 2500  # rows 2,500-2,999 are rows 0-499 again
+        headers = {"NServiceBus.MessageId": f"m{j}", "NServiceBus.EnclosedMessageTypes": f"T{j % 3}, Asm",
+                   "NServiceBus.OriginatingEndpoint": f"E{j % 2}",
                    "NServiceBus.TimeSent": "2024-03-01 12:00:00:000000 Z",
-                   "NServiceBus.ContentType": "application/json" if i % 4 else "text/plain"}
+                   "NServiceBus.ContentType": "application/json" if j % 4 else "text/plain"}
         rows.append({"id": str(uuid.uuid4()), "seq": i, "queue": "q", "headers": json.dumps(headers),
-                     "body": BODIES[i % 4] if i % 5 else BODIES[0],
+                     "body": BODIES[j % 4] if j % 5 else BODIES[0],
                      "received_at": SENT + timedelta(seconds=1 + i // 2500)})
     for k in range(3):
         pq.write_table(pa.Table.from_pylist(rows[k::3], schema=SCHEMA), f"{folder}/b{k}.parquet")

@@ -34,7 +34,7 @@ def summary(folder: str) -> dict[str, Any]:
 def main(batches: str, reference: str, results: list[str]) -> dict[str, Any]:
     spark = local_session("local[2]", "sqlqueue-reference", conf={"spark.sql.shuffle.partitions": "2"})
     try:
-        run(spark, batches, reference)
+        run(spark, batches, reference, dataset=True)
         expected_rows, expected_summary = rows(spark, reference), summary(reference)
         ids = [r.native_id for r in spark.read.parquet(f"{reference}/messages").select("native_id").collect()]
         report: dict[str, Any] = {"reference_rows": len(expected_rows), "reference_ids": sorted(ids)}

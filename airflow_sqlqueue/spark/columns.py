@@ -86,22 +86,22 @@ def _latency_ms() -> Column:
 def summary_rows(raw: DataFrame) -> DataFrame:
     """Drained rows to one row per message with ``SUMMARY_COLUMNS`` (duplicates counted in ``deliveries``).
 
-    Of duplicates the first received counts (as in ``messages``): an aggregation per ``message_id``, not a
-    window over whole rows.
+    Duplicates are the same message drained twice (a batch stored again after a crash): the same Id and the same
+    headers. They are grouped by ``message_id`` with the type, endpoint and time sent (a hash aggregation on
+    narrow rows, no sort, no window over whole rows) and the first ``received_at`` counts, as in ``messages``.
+    Two rows sharing a MessageId but differing in one of those three headers count as two messages here.
     """
     schema = StructType([StructField(name, StringType()) for name in SUMMARY_HEADERS])
-    parsed = raw.select("id", "seq", "received_at", F.from_json("headers", schema).alias("h"))
+    parsed = raw.select("id", "received_at", F.from_json("headers", schema).alias("h"))
     field = F.col("h").getField
     rows = parsed.select(
         F.coalesce(field(h.MESSAGE_ID), F.col("id")).alias("message_id"),
-        F.struct(F.col("received_at"), F.col("seq"), F.col("id")).alias("order"),
-        F.struct(first_message_type(field(h.ENCLOSED_MESSAGE_TYPES)).alias("message_type"),
-                 field(h.ORIGINATING_ENDPOINT).alias("originating_endpoint"),
-                 wire_time(field(h.TIME_SENT)).alias("time_sent"),
-                 F.col("received_at")).alias("m"))
-    first = (rows.groupBy("message_id")
-             .agg(F.min_by("m", "order").alias("m"), F.count(F.lit(1)).alias("deliveries"))
-             .select("m.*", "deliveries"))
+        first_message_type(field(h.ENCLOSED_MESSAGE_TYPES)).alias("message_type"),
+        field(h.ORIGINATING_ENDPOINT).alias("originating_endpoint"),
+        wire_time(field(h.TIME_SENT)).alias("time_sent"),
+        F.col("received_at"))
+    first = (rows.groupBy("message_id", "message_type", "originating_endpoint", "time_sent")
+             .agg(F.min("received_at").alias("received_at"), F.count(F.lit(1)).alias("deliveries")))
     return first.select("message_type", "originating_endpoint", _latency_ms().alias("latency_ms"),
                         utc_date(F.coalesce("time_sent", "received_at")).alias("date"), "deliveries")
 

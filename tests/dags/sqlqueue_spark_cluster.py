@@ -30,7 +30,7 @@ def process(inputs: str, output: str, spark: Any = None) -> dict[str, Any]:
     """The job on a Spark Connect session (``spark`` is given by ``PySparkOperator``)."""
     from airflow_sqlqueue.spark.job import run
 
-    return run(spark, inputs, output)
+    return run(spark, inputs, output, dataset=True)
 
 
 with DAG("sqlqueue_spark_connect", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
