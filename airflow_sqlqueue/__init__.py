@@ -1,3 +1,3 @@
 """airflow-sqlqueue: SQL queue tables (the NServiceBus SQL transport design) as an Apache Airflow provider."""
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
