@@ -602,7 +602,11 @@ def test_edit_and_retry_is_hidden_when_the_deployment_has_it_off(server: str, br
     browser.js(frame("doc.querySelector('button.browse-errors').click()"))
     wait_for("the failed messages", lambda: browser.js(frame("doc.querySelectorAll('tr.message').length")) > 0,
              timeout=30)
-    assert browser.js(frame("doc.querySelectorAll('tr.message button.edit-retry').length")) > 0  # on here
+    # a message's actions are in its details row (opened from the row)
+    browser.js(frame("doc.querySelector('tr.message details').open = true"))
+    wait_for("the details row", lambda: browser.js(frame(
+        "doc.querySelectorAll('tr.message-detail:not([hidden])').length")) > 0, timeout=30)
+    assert browser.js(frame("doc.querySelectorAll('tr.message-detail button.edit-retry').length")) > 0  # on here
     # the same page when the server answers as a deployment without [sqlqueue] dashboard_edit_retry would
     browser.js(frame("""(() => { const w = doc.defaultView, real = w.fetch.bind(w);
       w.fetch = async (url, options) => { const r = await real(url, options);
@@ -610,6 +614,10 @@ def test_edit_and_retry_is_hidden_when_the_deployment_has_it_off(server: str, br
         const body = await r.json(); body.edit_retry = false;
         return new w.Response(JSON.stringify(body), {status: r.status, headers: r.headers}); }; })()"""))
     browser.js(frame("doc.getElementById('refresh').click()"))
-    wait_for("the list without Edit and retry", lambda: browser.js(frame(
+    wait_for("the list again", lambda: browser.js(frame(
         "doc.querySelectorAll('tr.message').length > 0 && "
-        "doc.querySelectorAll('tr.message button.edit-retry').length === 0")), timeout=30)
+        "doc.querySelectorAll('tr.message-detail:not([hidden])').length === 0")), timeout=30)
+    browser.js(frame("doc.querySelector('tr.message details').open = true"))
+    wait_for("the details row without Edit and retry", lambda: browser.js(frame(
+        "doc.querySelectorAll('tr.message-detail:not([hidden])').length > 0 && "
+        "doc.querySelectorAll('tr.message-detail button.edit-retry').length === 0")), timeout=30)
