@@ -48,7 +48,9 @@ def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
     deployment = Deployment(tmp_path_factory.mktemp("deploy"), [HERE / "dags" / "deploy_once.py"],
                             pylib=[HERE / "sqlqueue_deploy_hooks.py"],
                             env={"SQLQUEUE_DEPLOY_QUEUE": queue, "SQLQUEUE_DEPLOY_SERIAL_QUEUE": serial_queue,
-                                 "SQLQUEUE_DEPLOY_HANDLED": handled, "SQLQUEUE_DEPLOY_HOLD_DIR": str(hold)},
+                                 "SQLQUEUE_DEPLOY_HANDLED": handled, "SQLQUEUE_DEPLOY_HOLD_DIR": str(hold),
+                                 # a killed scheduler's tasks are adopted by the next one at this interval
+                                 "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20"},
                             connections={"sqlqueue_default": PG_URL})
     deployment.handled, deployment.hold = handled, hold  # type: ignore[attr-defined]
     try:
@@ -201,20 +203,6 @@ def test_worker_sigkill_mid_transaction(once_deployment: Deployment) -> None:
     check_once(row)
 
 
-def test_scheduler_restart_mid_burst(once_deployment: Deployment) -> None:
-    """The scheduler (and the LocalExecutor's task processes it started) killed mid-burst, then started again."""
-    messages = Messages(once_deployment, "scheduler SIGKILL + restart mid-burst (3 x 100)",
-                        queue_of(once_deployment, "SQLQUEUE_DEPLOY_QUEUE"), DAG_ID)
-    messages.send(100)
-    wait_for("the first event of the burst", lambda: messages.stored_events() > 0, 60, interval=0.2)
-    messages.send(100)
-    once_deployment.kill("scheduler", signal.SIGKILL)
-    messages.send(100)
-    time.sleep(6)  # an event (or two) stored while no scheduler runs
-    once_deployment.restart("scheduler")
-    check_once(messages.wait_and_count())
-
-
 def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: Deployment) -> None:
     """apache/airflow#56050: events stored while a max_active_runs=1 DAG runs could wait for the next message.
     Three rounds of bursts sent while a run is in progress; then nothing more is sent."""
@@ -235,3 +223,29 @@ def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: De
         time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps
         messages.send(20)
     check_once(messages.wait_and_count())
+
+
+def scheduler_restart(deployment: Deployment, name: str, sig: int) -> None:
+    messages = Messages(deployment, name, queue_of(deployment, "SQLQUEUE_DEPLOY_QUEUE"), DAG_ID)
+    messages.send(100)
+    wait_for("the first event of the burst", lambda: messages.stored_events() > 0, 60, interval=0.2)
+    messages.send(100)
+    deployment.kill("scheduler", sig)
+    messages.send(100)
+    time.sleep(6)  # an event (or two) stored while no scheduler runs
+    deployment.restart("scheduler")
+    check_once(messages.wait_and_count())
+
+
+def test_scheduler_restart_mid_burst(once_deployment: Deployment) -> None:
+    """The scheduler stopped (SIGTERM: it lets its LocalExecutor's running tasks finish) mid-burst, started again."""
+    scheduler_restart(once_deployment, "scheduler SIGTERM + restart mid-burst (3 x 100)", signal.SIGTERM)
+
+
+def test_scheduler_sigkill_mid_burst(once_deployment: Deployment) -> None:
+    """The scheduler and the task processes its LocalExecutor started killed mid-burst, then started again. The
+    killed tasks wait until the new scheduler adopts them: its old job's heartbeat older than
+    ``scheduler_health_check_threshold`` (30 s) and the next ``orphaned_tasks_check_interval`` (20 s in this
+    deployment; 300 s by default), then their retry handles what the killed attempt did not commit."""
+    scheduler_restart(once_deployment, "scheduler SIGKILL (with its tasks) + restart mid-burst (3 x 100)",
+                      signal.SIGKILL)
