@@ -28,17 +28,17 @@ from tests.deployment.test_event_deployment import sqlqueue
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent
-DAG_ID, SERIAL_DAG_ID = "deploy_once", "deploy_once_serial"
+DAG_ID, SERIAL_DAG_ID, CONTROL_DAG_ID = "deploy_once", "deploy_once_serial", "deploy_once_serial_control"
 HANDLE_TIMEOUT = 180
 FIGURES: list[dict[str, Any]] = []
-COLUMNS = ("scenario", "sent", "asset events", "DAG runs", "runs that handled", "handled once", "handled twice",
-           "lost", "left in queue")
+COLUMNS = ("scenario", "sent", "asset events", "DAG runs", "events in no run", "runs that handled", "handled once",
+           "handled twice", "lost", "left in queue")
 
 
 @pytest.fixture(scope="module")
 def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     schema = "o_" + uuid.uuid4().hex[:10]
-    queue, serial_queue = f'"{schema}"."events"', f'"{schema}"."serial"'
+    queue, serial_queue, control_queue = f'"{schema}"."events"', f'"{schema}"."serial"', f'"{schema}"."control"'
     handled = f'"{schema}"."handled"'
     hold = tmp_path_factory.mktemp("hold")
     with psycopg.connect(PG_URL, autocommit=True) as conn:
@@ -48,6 +48,7 @@ def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
     deployment = Deployment(tmp_path_factory.mktemp("deploy"), [HERE / "dags" / "deploy_once.py"],
                             pylib=[HERE / "sqlqueue_deploy_hooks.py"],
                             env={"SQLQUEUE_DEPLOY_QUEUE": queue, "SQLQUEUE_DEPLOY_SERIAL_QUEUE": serial_queue,
+                                 "SQLQUEUE_DEPLOY_CONTROL_QUEUE": control_queue,
                                  "SQLQUEUE_DEPLOY_HANDLED": handled, "SQLQUEUE_DEPLOY_HOLD_DIR": str(hold),
                                  # a killed scheduler's tasks are adopted by the next one at this interval
                                  "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20"},
@@ -55,11 +56,11 @@ def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
     deployment.handled, deployment.hold = handled, hold  # type: ignore[attr-defined]
     try:
         with SqlQueueTransport.from_url(PG_URL) as transport:
-            transport.create_queues([queue, serial_queue, f'"{schema}"."error"'])
+            transport.create_queues([queue, serial_queue, control_queue, f'"{schema}"."error"'])
         with deployment:
-            deployment.wait_parsed([DAG_ID, SERIAL_DAG_ID])
-            deployment.set_paused(DAG_ID, False)
-            deployment.set_paused(SERIAL_DAG_ID, False)
+            deployment.wait_parsed([DAG_ID, SERIAL_DAG_ID, CONTROL_DAG_ID])
+            for dag_id in (DAG_ID, SERIAL_DAG_ID, CONTROL_DAG_ID):
+                deployment.set_paused(dag_id, False)
             yield deployment
     finally:
         print("\n" + table(FIGURES))
@@ -75,8 +76,11 @@ def table(rows: list[dict[str, Any]]) -> str:
 class Messages:
     """The messages one scenario sends to one queue (a unique body each), counted per Id at the end."""
 
-    def __init__(self, deployment: Deployment, name: str, queue: str, dag_id: str) -> None:
+    def __init__(self, deployment: Deployment, name: str, queue: str, dag_id: str,
+                 every_event_in_a_run: bool = True) -> None:
         self.deployment, self.name, self.queue, self.dag_id = deployment, name, queue, dag_id
+        #: wait for every stored event to be in a run too (a re-emitted batch's run, which skips its messages)
+        self.every_event_in_a_run = every_event_in_a_run
         self.tag = f"once-{uuid.uuid4().hex[:8]}"
         self.ids: dict[str, str] = {}  # body -> message Id the CLI returned
 
@@ -103,8 +107,16 @@ class Messages:
         with SqlQueueTransport.from_url(PG_URL) as transport:
             if transport.peek(self.queue):
                 return False
+        if self.every_event_in_a_run and self.events_in_no_run():
+            return False
         return not self.deployment.query("SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')",
                                          (self.dag_id,))
+
+    def events_in_no_run(self) -> int:
+        """This scenario's stored events that no DAG run consumed (yet)."""
+        return len(self.deployment.query(
+            "SELECT e.id FROM asset_event e WHERE e.extra::text LIKE %s AND NOT EXISTS "
+            "(SELECT 1 FROM dagrun_asset_event d WHERE d.event_id = e.id)", (f"%{self.tag}-%",)))
 
     def stored_events(self) -> int:
         return len(self.deployment.query("SELECT id FROM asset_event WHERE extra::text LIKE %s",
@@ -139,7 +151,8 @@ class Messages:
             left = transport.peek(self.queue)
         runs = {run_id for _, _, run_id, _ in rows}
         return {"scenario": self.name, "sent": len(self.ids), "asset events": self.stored_events(),
-                "DAG runs": self.runs_with_events(), "runs that handled": len(runs),
+                "DAG runs": self.runs_with_events(), "events in no run": self.events_in_no_run(),
+                "runs that handled": len(runs),
                 "handled once": sum(1 for c in per_id.values() if c == 1),
                 "handled twice": sum(1 for c in per_id.values() if c > 1),
                 "lost": len(set(self.ids) - in_success), "left in queue": left,
@@ -204,25 +217,45 @@ def test_worker_sigkill_mid_transaction(once_deployment: Deployment) -> None:
 
 
 def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: Deployment) -> None:
-    """apache/airflow#56050: events stored while a max_active_runs=1 DAG runs could wait for the next message.
-    Three rounds of bursts sent while a run is in progress; then nothing more is sent."""
-    queue = queue_of(once_deployment, "SQLQUEUE_DEPLOY_SERIAL_QUEUE")
-    messages = Messages(once_deployment, "max_active_runs=1: 3 rounds of 3 bursts of 20 during a run", queue,
-                        SERIAL_DAG_ID)
+    """apache/airflow#56050: events stored while a max_active_runs=1 DAG runs can be left out of the next run and
+    wait for the next message. Three rounds of bursts sent while a run is in progress, then nothing more: every
+    message reaches a run (handle_once's later_events). The control DAG (later_events=False) gets the same sends
+    at the same moments; what it leaves waiting is printed, not asserted (it is Airflow's behaviour)."""
+    messages = Messages(once_deployment, "max_active_runs=1, handle_once (later_events): 3 rounds of 3 bursts of 20 "
+                        "during a run", queue_of(once_deployment, "SQLQUEUE_DEPLOY_SERIAL_QUEUE"), SERIAL_DAG_ID,
+                        every_event_in_a_run=False)  # Airflow 3.3 leaves some events in no run
+    control = Messages(once_deployment, "control: the same without later_events",
+                       queue_of(once_deployment, "SQLQUEUE_DEPLOY_CONTROL_QUEUE"), CONTROL_DAG_ID,
+                       every_event_in_a_run=False)
 
     def running() -> bool:
         once_deployment.check_running()
         return bool(once_deployment.query(
             "SELECT 1 FROM task_instance WHERE dag_id = %s AND state = 'running'", (SERIAL_DAG_ID,)))
 
+    def send(n: int) -> None:
+        messages.send(n)
+        control.send(n)
+
     for _ in range(3):
-        messages.send(20)
+        send(20)
         wait_for("a run of the max_active_runs=1 DAG in progress", running, 120, interval=0.2,
                  hint=once_deployment.where_logs())
-        messages.send(20)
+        send(20)
         time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps
-        messages.send(20)
-    check_once(messages.wait_and_count())
+        send(20)
+    row = messages.wait_and_count()
+    wait_for("the control DAG's runs to finish", lambda: not once_deployment.query(
+        "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')", (CONTROL_DAG_ID,)), 120,
+        interval=1)
+    time.sleep(10)  # and its next runs, if the scheduler makes any
+    wait_for("the control DAG's runs to finish", lambda: not once_deployment.query(
+        "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')", (CONTROL_DAG_ID,)), 120,
+        interval=1)
+    control_row = control.count()
+    FIGURES.append(control_row)
+    print(control_row)
+    check_once(row)
 
 
 def scheduler_restart(deployment: Deployment, name: str, sig: int) -> None:

@@ -4,8 +4,9 @@
 stored" and "rows deleted") and retries its task (a killed worker's messages are handled by the next attempt).
 While ``$SQLQUEUE_DEPLOY_HOLD_DIR/hold-worker`` exists, the first attempt stops at its 60th message (in its second
 transaction of 50) and writes its PID to ``worker.pid`` for the test to kill. ``deploy_once_serial`` has
-``max_active_runs=1`` and takes a few seconds per run. Both record each message they handle in the handled table,
-in the transaction that marks it handled.
+``max_active_runs=1`` and takes a few seconds per run (``deploy_once_serial_control``: the same without
+``later_events``, to measure what Airflow alone leaves waiting). They record each message they handle in the
+handled table, in the transaction that marks it handled.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from airflow_sqlqueue.triggers.sqlqueue import SqlQueueMessageTrigger
 
 QUEUE = os.environ["SQLQUEUE_DEPLOY_QUEUE"]
 SERIAL_QUEUE = os.environ["SQLQUEUE_DEPLOY_SERIAL_QUEUE"]
+CONTROL_QUEUE = os.environ["SQLQUEUE_DEPLOY_CONTROL_QUEUE"]
 HANDLED = os.environ["SQLQUEUE_DEPLOY_HANDLED"]
 HOLD_DIR = Path(os.environ["SQLQUEUE_DEPLOY_HOLD_DIR"])
 SERIAL_SECONDS = float(os.environ.get("SQLQUEUE_DEPLOY_SERIAL_SECONDS", "8"))
@@ -59,17 +61,23 @@ with DAG("deploy_once", schedule=[events], start_date=datetime(2024, 1, 1), catc
     handle()
 
 
-serial_trigger = SqlQueueMessageTrigger(conn_id="sqlqueue_default", queue_name=SERIAL_QUEUE, poll_interval=1.0,
-                                        error_queue=ERROR_QUEUE)
-serial = Asset("sqlqueue-deploy-serial",
-               watchers=[AssetWatcher(name="deploy_serial_watcher", trigger=serial_trigger)])
+def serial_dag(dag_id: str, queue: str, later_events: bool) -> None:
+    """A ``max_active_runs=1`` consumer of ``queue``; ``later_events=False`` is the control (Airflow's own
+    behaviour: the messages of events no run consumed wait for the next message)."""
+    watcher_trigger = SqlQueueMessageTrigger(conn_id="sqlqueue_default", queue_name=queue, poll_interval=1.0,
+                                             error_queue=ERROR_QUEUE)
+    asset = Asset(f"sqlqueue-{dag_id}", watchers=[AssetWatcher(name=f"{dag_id}_watcher", trigger=watcher_trigger)])
+    with DAG(dag_id, schedule=[asset], start_date=datetime(2024, 1, 1), catchup=False, max_active_runs=1,
+             default_args={"retries": 3, "retry_delay": timedelta(seconds=2)}):
 
-with DAG("deploy_once_serial", schedule=[serial], start_date=datetime(2024, 1, 1), catchup=False,
-         max_active_runs=1, default_args={"retries": 3, "retry_delay": timedelta(seconds=2)}):
+        @task
+        def handle_serially(**context) -> dict:
+            time.sleep(SERIAL_SECONDS)  # a run in progress while the next bursts arrive
+            return handle_once(context, lambda message, once: record(message, once, context),
+                               later_events=later_events)
 
-    @task
-    def handle_serially(**context) -> dict:
-        time.sleep(SERIAL_SECONDS)  # a run in progress while the next bursts arrive
-        return handle_once(context, lambda message, once: record(message, once, context))
+        handle_serially()
 
-    handle_serially()
+
+serial_dag("deploy_once_serial", SERIAL_QUEUE, later_events=True)
+serial_dag("deploy_once_serial_control", CONTROL_QUEUE, later_events=False)
