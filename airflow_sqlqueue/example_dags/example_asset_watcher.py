@@ -27,7 +27,8 @@ emitted again after a crash) is skipped, through the inbox table `SqlQueueInbox`
 database. Writes a handler makes through `once.cursor` / `once.send` count exactly once; writes elsewhere are
 at-least-once (make them idempotent by `id`). `handle` is retried (3 times, 30 s apart): a worker killed mid-task
 commits nothing of its open batch, and the retry handles those messages (the run's events are its only copy: the
-queue no longer holds them).
+queue no longer holds them). It also takes the messages of events stored after its run was triggered, so with
+`max_active_runs=1` none waits for the next message (Airflow 3.3 can leave such events in no run).
 
 **Fast by default**: on SQLite the trigger notices a send within 0.02 s by watching the database's files (no
 query); on PostgreSQL create the queue with the wake-up trigger (`sqlqueue create events error --notify`) and a
