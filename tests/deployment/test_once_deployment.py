@@ -76,11 +76,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 class Messages:
     """The messages one scenario sends to one queue (a unique body each), counted per Id at the end."""
 
-    def __init__(self, deployment: Deployment, name: str, queue: str, dag_id: str,
-                 every_event_in_a_run: bool = True) -> None:
+    def __init__(self, deployment: Deployment, name: str, queue: str, dag_id: str) -> None:
         self.deployment, self.name, self.queue, self.dag_id = deployment, name, queue, dag_id
-        #: wait for every stored event to be in a run too (a re-emitted batch's run, which skips its messages)
-        self.every_event_in_a_run = every_event_in_a_run
         self.tag = f"once-{uuid.uuid4().hex[:8]}"
         self.ids: dict[str, str] = {}  # body -> message Id the CLI returned
 
@@ -99,15 +96,22 @@ class Messages:
         return [(i, b, r, states.get(r, "")) for i, b, r in rows]
 
     def done(self) -> bool:
-        """Every message in a successful run, the queue empty, and no run of the DAG queued or running (a run
-        that could still handle a message a second time)."""
+        """Every message in a successful run, and the DAG settled."""
         self.deployment.check_running()
         if not {b for _, b, _, state in self.rows() if state == "success"} >= set(self.ids):
             return False
+        return self.settled()
+
+    def settled(self) -> bool:
+        """The queue empty, no event queued for a run of the DAG and no run queued or running: nothing more happens
+        without a new message (a re-emitted batch's run included).
+
+        An event Airflow 3.3 left in no run (apache/airflow#56050) is not queued for one either: it waits for the
+        next event, which these scenarios do not send."""
         with SqlQueueTransport.from_url(PG_URL) as transport:
             if transport.peek(self.queue):
                 return False
-        if self.every_event_in_a_run and self.events_in_no_run():
+        if self.deployment.query("SELECT 1 FROM asset_dag_run_queue WHERE target_dag_id = %s", (self.dag_id,)):
             return False
         return not self.deployment.query("SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')",
                                          (self.dag_id,))
@@ -222,11 +226,9 @@ def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: De
     message reaches a run (handle_once's later_events). The control DAG (later_events=False) gets the same sends
     at the same moments; what it leaves waiting is printed, not asserted (it is Airflow's behaviour)."""
     messages = Messages(once_deployment, "max_active_runs=1, handle_once (later_events): 3 rounds of 3 bursts of 20 "
-                        "during a run", queue_of(once_deployment, "SQLQUEUE_DEPLOY_SERIAL_QUEUE"), SERIAL_DAG_ID,
-                        every_event_in_a_run=False)  # Airflow 3.3 leaves some events in no run
+                        "during a run", queue_of(once_deployment, "SQLQUEUE_DEPLOY_SERIAL_QUEUE"), SERIAL_DAG_ID)
     control = Messages(once_deployment, "control: the same without later_events",
-                       queue_of(once_deployment, "SQLQUEUE_DEPLOY_CONTROL_QUEUE"), CONTROL_DAG_ID,
-                       every_event_in_a_run=False)
+                       queue_of(once_deployment, "SQLQUEUE_DEPLOY_CONTROL_QUEUE"), CONTROL_DAG_ID)
 
     def running() -> bool:
         once_deployment.check_running()
@@ -245,13 +247,7 @@ def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: De
         time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps
         send(20)
     row = messages.wait_and_count()
-    wait_for("the control DAG's runs to finish", lambda: not once_deployment.query(
-        "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')", (CONTROL_DAG_ID,)), 120,
-        interval=1)
-    time.sleep(10)  # and its next runs, if the scheduler makes any
-    wait_for("the control DAG's runs to finish", lambda: not once_deployment.query(
-        "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')", (CONTROL_DAG_ID,)), 120,
-        interval=1)
+    wait_for("the control DAG to settle", control.settled, 120, interval=1, hint=once_deployment.where_logs())
     control_row = control.count()
     FIGURES.append(control_row)
     print(control_row)
