@@ -108,7 +108,11 @@ def later_event_messages(context: Any, queue: str | None = None,
     later: list[Any] = []
     for name, uri in assets:
         accessor = InletEventsAccessor(asset_name=name, asset_uri=uri).after(run_after).ascending(True).limit(limit)
-        later.extend(accessor)
+        try:
+            later.extend(accessor)
+        except Exception as exc:  # the run's own messages are still handled; a later run looks again
+            log.warning("handle_once: cannot list the asset events of %r stored after this run was triggered "
+                        "(%s); handling the run's own events only", name, type(exc).__name__)
     return messages_of_events(later, queue)
 
 
