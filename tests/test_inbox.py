@@ -108,8 +108,10 @@ def _events(db: Db, queue: str, count: int, per_event: int) -> list[dict[str, An
     return [batch_payload(transport.name(queue), items[i:i + per_event]) for i in range(0, len(items), per_event)]
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], conf: dict[str, Any]) -> Any:
-    """One ``dag.test()`` run with ``events`` attached as its triggering asset events."""
+def _run(monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], conf: dict[str, Any],
+         later: list[dict[str, Any]] = ()) -> Any:
+    """One ``dag.test()`` run with ``events`` attached as its triggering asset events; ``later`` events of the same
+    asset are stored after the run was created, not attached (events Airflow 3.3 left waiting)."""
     from airflow.models import dagrun
     from airflow.models.asset import AssetEvent, AssetModel
     from sqlalchemy import select
@@ -125,6 +127,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, events: list[dict[str, Any]], conf: di
             session.add(event)
             session.flush()
             run.consumed_asset_events.append(event)
+        for payload in later:
+            session.add(AssetEvent(asset_id=asset.id, extra={"payload": payload}))
         session.commit()
         return run
 
@@ -181,6 +185,29 @@ def test_a_run_that_fails_midway_leaves_the_rest_for_the_next(airflow_db, db: Db
     assert again.state == "success"
     assert airflow_env.xcom_value(again, "handle") == {"handled": 8, "skipped": 4}
     assert _done(db, db.q("done")) == Counter(ids[4:])
+
+
+@pytest.mark.parametrize("later_events", [True, False])
+def test_events_stored_after_the_run_was_triggered_are_handled_by_it(airflow_db, db: Db, consumer_db,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      later_events: bool) -> None:
+    """apache/airflow#56050: a max_active_runs DAG's run can leave out events stored after it was triggered, and
+    they wait for the next message. handle_once takes their messages too (later_events, the default); the run
+    they belong to, if one comes, skips them."""
+    events = _events(db, db.q("events"), 30, per_event=10)
+    ids = [m["id"] for e in events for m in e["messages"]]
+    run = _run(monkeypatch, events[:1], {**consumer_db, "later_events": later_events}, later=events[1:])
+    assert run.state == "success"
+    done = _done(db, db.q("done"))
+    if later_events:
+        assert airflow_env.xcom_value(run, "handle") == {"handled": 30, "skipped": 0}
+        assert done == Counter(ids)
+        again = _run(monkeypatch, events[1:], consumer_db)  # their own run, had the scheduler made one
+        assert airflow_env.xcom_value(again, "handle") == {"handled": 0, "skipped": 20}
+        assert _done(db, db.q("done")) == Counter()
+    else:
+        assert airflow_env.xcom_value(run, "handle") == {"handled": 10, "skipped": 0}
+        assert done == Counter(ids[:10])
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres", "mssql"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
@@ -25,7 +25,10 @@ are deleted only after Airflow stored the event, so none is lost if the triggere
 messages to `handle_once`: a message that an earlier successful run already handled (a batch the triggerer
 emitted again after a crash) is skipped, through the inbox table `SqlQueueInbox` it creates in the queue's
 database. Writes a handler makes through `once.cursor` / `once.send` count exactly once; writes elsewhere are
-at-least-once (make them idempotent by `id`).
+at-least-once (make them idempotent by `id`). `handle` is retried (3 times, 30 s apart): a worker killed mid-task
+commits nothing of its open batch, and the retry handles those messages (the run's events are its only copy: the
+queue no longer holds them). It also takes the messages of events stored after its run was triggered, so with
+`max_active_runs=1` none waits for the next message (Airflow 3.3 can leave such events in no run).
 
 **Fast by default**: on SQLite the trigger notices a send within 0.02 s by watching the database's files (no
 query); on PostgreSQL create the queue with the wake-up trigger (`sqlqueue create events error --notify`) and a
@@ -49,7 +52,7 @@ with DAG(
     doc_md=DOC,
 ) as dag:
 
-    @task(multiple_outputs=False)
+    @task(multiple_outputs=False, retries=3, retry_delay=timedelta(seconds=30))
     def handle(**context) -> dict:
         def handler(message: dict, once) -> None:
             # ids and sizes at INFO, never bodies: they may hold personal data

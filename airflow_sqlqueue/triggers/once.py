@@ -31,12 +31,14 @@ from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
 from airflow_sqlqueue.transport.common.validation import check_count
 from airflow_sqlqueue.transport.operations.inbox import DEFAULT_INBOX_TABLE, check_key
-from airflow_sqlqueue.triggers.sqlqueue import event_messages
+from airflow_sqlqueue.triggers.sqlqueue import event_messages, event_payload_messages, messages_of_events
 
 log = logging.getLogger(__name__)
 
 #: Messages handled in one transaction by default.
 DEFAULT_ONCE_BATCH = 50
+#: Most asset events stored after the run was triggered that ``handle_once`` looks at, per asset (oldest first).
+LATER_EVENTS_LIMIT = 20
 
 
 @dataclass
@@ -76,15 +78,56 @@ def default_consumer(context: Any) -> str:
     return f"{ti.dag_id}.{ti.task_id}"
 
 
+def later_event_messages(context: Any, queue: str | None = None,
+                         limit: int = LATER_EVENTS_LIMIT) -> list[dict[str, Any]]:
+    """The messages of the asset events stored after this run was triggered (after its ``run_after``), for the
+    assets whose ``SqlQueueMessageTrigger`` events triggered it: up to ``limit`` events per asset, oldest first.
+
+    On Airflow 3.3 a DAG that cannot start a run at once (``max_active_runs`` reached) queues one row per asset
+    and, when it can, creates a run with the events stored up to that row's time only: events stored after it,
+    while the previous run was still going, wait for the next event (apache/airflow#56050). Those events were
+    stored after this run's ``run_after`` and before its task started, so this run finds them here; an event
+    stored later queues the next run. Read through the task's execution API (no metadata-database access).
+    """
+    run_after = getattr(context.get("dag_run"), "run_after", None)
+    if run_after is None:
+        return []
+    assets: dict[tuple[str, str], None] = {}
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            asset = getattr(event, "asset", None)
+            if asset is not None and event_payload_messages(event) is not None:
+                assets[(asset.name, asset.uri)] = None
+    if not assets:
+        return []
+    try:
+        from airflow.sdk.execution_time.context import InletEventsAccessor
+    except ImportError:  # pragma: no cover - an Airflow without the accessor: the run's own events only
+        log.warning("handle_once: this Airflow cannot list later asset events; handling the run's own events only")
+        return []
+    later: list[Any] = []
+    for name, uri in assets:
+        accessor = InletEventsAccessor(asset_name=name, asset_uri=uri).after(run_after).ascending(True).limit(limit)
+        try:
+            later.extend(accessor)
+        except Exception as exc:  # the run's own messages are still handled; a later run looks again
+            log.warning("handle_once: cannot list the asset events of %r stored after this run was triggered "
+                        "(%s); handling the run's own events only", name, type(exc).__name__)
+    return messages_of_events(later, queue)
+
+
 def handle_once(context: Any, handler: Callable[[dict[str, Any], Once], Any], *,
                 conn_id: str = SqlQueueHook.default_conn_name, consumer: str | None = None,
                 queue: str | None = None, batch_size: int = DEFAULT_ONCE_BATCH,
                 inbox_table: str = DEFAULT_INBOX_TABLE, create_inbox: bool = True,
-                messages: Iterable[dict[str, Any]] | None = None) -> dict[str, int]:
+                messages: Iterable[dict[str, Any]] | None = None, later_events: bool = True) -> dict[str, int]:
     """Call ``handler(message, once)`` for each message of the run that ``consumer`` did not finish before.
 
     Messages come from ``event_messages(context, queue)`` (queue order, each ``id`` once) unless ``messages`` is
-    given. They are handled in transactions of ``batch_size`` messages on the queue's database: for each, the
+    given, followed (``later_events``) by those of the watched assets' events stored after the run was triggered
+    (``later_event_messages``): events Airflow 3.3 can leave waiting for the next message when the DAG was at
+    ``max_active_runs``. The run whose events they are skips what this run handled.
+    They are handled in transactions of ``batch_size`` messages on the queue's database: for each, the
     inbox row is written first (a message a committed transaction already recorded is skipped), then the handler
     runs; the transaction commits when the batch is done. A handler exception rolls its batch back (earlier
     batches stay committed) and is raised: the task fails, and the next attempt handles what was not committed.
@@ -103,12 +146,24 @@ def handle_once(context: Any, handler: Callable[[dict[str, Any], Once], Any], *,
     :param inbox_table: the inbox table's address (default ``SqlQueueInbox``).
     :param create_inbox: create the inbox table when it is missing (False: a DBA created it; see ``Inbox.ddl``).
     :param messages: the messages to handle (default: the run's asset events).
+    :param later_events: also handle the messages of the assets' events stored after this run was triggered
+        (default True; no effect with ``messages``).
     """
     if not callable(handler):
         raise TypeError(f"handle_once: handler must be callable as handler(message, once), got {handler!r}")
     check_count(batch_size, "batch_size")
     consumer = check_key(consumer if consumer is not None else default_consumer(context), "consumer")
-    items = event_messages(context, queue) if messages is None else list(messages)
+    if messages is not None:
+        items = list(messages)
+    else:
+        items = event_messages(context, queue)
+        if later_events and items:
+            own = {str(item.get("id")) for item in items}
+            extra = [item for item in later_event_messages(context, queue) if str(item.get("id")) not in own]
+            if extra:
+                log.info("%s: %d more messages from asset events stored after this run was triggered", consumer,
+                         len(extra))
+                items = sorted(items + extra, key=lambda item: (str(item.get("queue")), int(item.get("seq") or 0)))
     summary = OnceSummary()
     if not items:
         return summary.as_dict()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -202,17 +202,28 @@ def event_messages(context: Any, queue: str | None = None) -> list[dict[str, Any
 
     :param context: the task's context (``get_current_context()`` or the ``**context`` of a ``@task``).
     """
+    return messages_of_events((event for events in (context.get("triggering_asset_events") or {}).values()
+                               for event in events), queue)
+
+
+def event_payload_messages(event: Any) -> list[dict[str, Any]] | None:
+    """The messages an asset event of ``SqlQueueMessageTrigger`` carries, or None for another trigger's event."""
+    extra = getattr(event, "extra", None) or {}
+    payload = extra.get("payload") if isinstance(extra, dict) else None
+    if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+        return None
+    return payload["messages"]
+
+
+def messages_of_events(events: Iterable[Any], queue: str | None = None) -> list[dict[str, Any]]:
+    """The messages of asset events (``triggering_asset_events`` or ``inlet_events`` items): queue order, each
+    ``id`` once; events of other triggers skipped; ``queue`` keeps only that queue's messages."""
     seen: dict[str, dict[str, Any]] = {}
-    for events in (context.get("triggering_asset_events") or {}).values():
-        for event in events:
-            extra = getattr(event, "extra", None) or {}
-            payload = extra.get("payload") if isinstance(extra, dict) else None
-            if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+    for event in events:
+        for item in event_payload_messages(event) or ():
+            if queue is not None and item.get("queue") != queue:
                 continue
-            for item in payload["messages"]:
-                if queue is not None and item.get("queue") != queue:
-                    continue
-                seen.setdefault(str(item.get("id")), item)
+            seen.setdefault(str(item.get("id")), item)
     return sorted(seen.values(), key=lambda item: (str(item.get("queue")), int(item.get("seq") or 0)))
 
 

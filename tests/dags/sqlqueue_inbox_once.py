@@ -30,6 +30,6 @@ with DAG("sqlqueue_inbox_once", schedule=[Asset(ASSET_URI)], start_date=datetime
             once.send(conf["done_queue"], message["id"])
 
         return handle_once(context, handler, conn_id=conf["conn_id"], batch_size=conf.get("batch_size", 50),
-                           inbox_table=conf["inbox_table"])
+                           inbox_table=conf["inbox_table"], later_events=conf.get("later_events", True))
 
     handle()

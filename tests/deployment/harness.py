@@ -98,6 +98,8 @@ class Deployment:
     broker: str = "redis"
     api_server: bool = True
     connections: dict[str, str] = field(default_factory=dict)
+    #: extra modules put on every component's path (test-only triggers and hooks)
+    pylib: Sequence[Path] = ()
     processes: dict[str, Process] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -170,6 +172,8 @@ class Deployment:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         (self.root / "pylib").mkdir(exist_ok=True)
         shutil.copy(Path(__file__).with_name("worker_name.py"), self.root / "pylib" / "sqlqueue_deploy_worker_name.py")
+        for module in self.pylib:
+            shutil.copy(module, self.root / "pylib" / Path(module).name)
         dags = self.root / "dags"
         dags.mkdir(exist_ok=True)
         for dag in self.dags:
