@@ -250,8 +250,6 @@ class PostgresDialect(Dialect):
     # -- push wake-ups (LISTEN/NOTIFY) -------------------------------------------------------------
     supports_notify = True
     notify_ddl = ("create_wake_function", "drop_notify_trigger", "create_notify_trigger")
-    #: The function earlier versions' wake-up trigger called: a NOTIFY on every inserting statement.
-    legacy_notify_function = "sqlqueue_notify"
 
     def notify_identifiers(self, address: QueueAddress) -> dict[str, str]:
         """The queue's identifiers plus its wake-up trigger and the schema's wake-up function."""
