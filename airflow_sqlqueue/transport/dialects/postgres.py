@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import select
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..common.errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
 from ..wire.address import QueueAddress, format_postgres, parse_postgres
 from .base import Dialect, Finding
+
+T = TypeVar("T")
 
 # SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html)
 DEADLOCK_DETECTED = "40P01"
@@ -144,6 +147,14 @@ class PostgresDialect(Dialect):
             pass
         if hasattr(connection, "set_session"):  # psycopg2
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
+
+    def first_statement(self, connection: Any, work: Callable[[], T]) -> T:
+        """psycopg 3 with a libpq that pipelines: the transaction's BEGIN and its first statement leave together
+        (one round trip; the statement's rows are read when the pipeline syncs)."""
+        if not _pipelines(connection) or connection.info.transaction_status.name != "IDLE":
+            return work()
+        with connection.pipeline():
+            return work()
 
     def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
         """psycopg 3 with a libpq that pipelines: the last statement and COMMIT leave together (one round trip);
