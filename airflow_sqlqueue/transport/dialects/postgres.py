@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import select
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..common.errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
 from ..wire.address import QueueAddress, format_postgres, parse_postgres
 from .base import Dialect, Finding
+
+T = TypeVar("T")
 
 # SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html)
 DEADLOCK_DETECTED = "40P01"
@@ -145,6 +148,14 @@ class PostgresDialect(Dialect):
         if hasattr(connection, "set_session"):  # psycopg2
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
 
+    def first_statement(self, connection: Any, work: Callable[[], T]) -> T:
+        """psycopg 3 with a libpq that pipelines: the transaction's BEGIN and its first statement leave together
+        (one round trip; the statement's rows are read when the pipeline syncs)."""
+        if not _pipelines(connection) or connection.info.transaction_status.name != "IDLE":
+            return work()
+        with connection.pipeline():
+            return work()
+
     def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
         """psycopg 3 with a libpq that pipelines: the last statement and COMMIT leave together (one round trip);
         an error of either is raised when the pipeline syncs, and the transaction is not committed."""
@@ -249,13 +260,13 @@ class PostgresDialect(Dialect):
 
     # -- push wake-ups (LISTEN/NOTIFY) -------------------------------------------------------------
     supports_notify = True
-    notify_ddl = ("create_notify_function", "drop_notify_trigger", "create_notify_trigger")
+    notify_ddl = ("create_wake_function", "drop_notify_trigger", "create_notify_trigger")
 
     def notify_identifiers(self, address: QueueAddress) -> dict[str, str]:
         """The queue's identifiers plus its wake-up trigger and the schema's wake-up function."""
         schema = address.schema or self.default_schema
         return {**self.identifiers(address), "notify_trigger": self.quote(self.notify_trigger_name(address)),
-                "notify_function": self.quote(schema) + "." + self.quote("sqlqueue_notify")}
+                "wake_function": self.quote(schema) + "." + self.quote("sqlqueue_wake")}
 
     def notify_trigger_name(self, address: QueueAddress) -> str:
         return f"{address.table}_notify"
@@ -275,6 +286,37 @@ class PostgresDialect(Dialect):
         return bool(self.scalar(cursor, "notify_installed", {"table": self.qualified(address),
                                                                "trigger_name": self.notify_trigger_name(address)}))
 
+    def notify_function_of(self, cursor: Any, address: QueueAddress) -> str | None:
+        """The function the queue's wake-up trigger calls (``sqlqueue_wake``, or ``sqlqueue_notify`` when the
+        trigger was installed by an earlier version and notifies on every send), or None without a trigger."""
+        return self.scalar(cursor, "notify_function_of", {"table": self.qualified(address),
+                                                          "trigger_name": self.notify_trigger_name(address)})
+
+    def hold_wakeups(self, connection: Any, address: QueueAddress) -> str | None:
+        """A receiver on this listening connection starts waiting: make senders notify for the queue.
+
+        Returns ``"held"`` when this connection took the queue's wake-up lock (after every sender's transaction
+        that started before; release it with ``release_wakeups``), ``"other"`` when another receiver holds it
+        (senders notify already), None when a sender's transaction kept it past ``lock_timeout`` (a send in flight
+        may be found only by the fallback poll). Either way, look at the queue once more before waiting."""
+        cur = connection.cursor()
+        table = {"table": self.qualified(address)}
+        if self.scalar(cur, "wake_lock_try", table):
+            return "held"
+        if self.scalar(cur, "wake_lock_held", table):
+            return "other"
+        try:
+            self.execute(cur, "wake_lock_wait", table)
+        except Exception as exc:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                raise
+            return "other" if self.scalar(cur, "wake_lock_held", table) else None
+        return "held"
+
+    def release_wakeups(self, connection: Any, address: QueueAddress) -> None:
+        """The receiver on this connection is busy: senders stop notifying unless another receiver waits."""
+        self.execute(connection.cursor(), "wake_lock_release", {"table": self.qualified(address)})
+
     def is_wakeup_for(self, payload: str, address: QueueAddress) -> bool:
         """Whether a wake-up's payload (``["schema", "table"]``) names this queue."""
         try:
@@ -284,7 +326,9 @@ class PostgresDialect(Dialect):
 
     def listen(self, connection: Any) -> None:
         connection.autocommit = True
-        self.execute(connection.cursor(), "listen")
+        cur = connection.cursor()
+        self.execute(cur, "listen")
+        self.execute(cur, "wake_lock_timeout")
 
     def notifications(self, connection: Any, timeout: float) -> list[str]:
         """Payloads received on a listening connection within ``timeout`` seconds (psycopg 3 or psycopg2)."""

@@ -1,9 +1,11 @@
 """Waiting for the next message on a queue: push wake-ups on PostgreSQL, file watching on SQLite, polling elsewhere.
 
 On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or
-``enable_notifications``) that sends one ``NOTIFY sqlqueue`` per inserting statement, at commit, whoever the
-sender is (.NET endpoints included: what they write is unchanged). A watcher that finds the trigger listens and
-wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
+``enable_notifications``) that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints
+included: what they write is unchanged), but only while a watcher waits: a waiting watcher holds the queue's
+wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
+``create_wake_function`` in ``postgres.sql`` for why no send is missed). A watcher that finds the trigger listens
+and wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
 the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and looks
 at the queue when they changed (a write to another table of the same file wakes it too: one extra look).
 
@@ -75,8 +77,13 @@ class Wakeups:
         self._listener: Any = None
         self._pause = self.poll_interval
         self._checked = False
+        #: Whether senders notify for this queue: this listener holds its wake-up lock ("held"), another watcher
+        #: does ("other"), or neither could be made sure of ("none"); None: not asked since the last wake-up.
+        self._covered: str | None = None
         #: Wake-ups received for this queue (for logs and tests).
         self.woken = 0
+        #: Times this watcher asked senders to notify (took or found the wake-up lock) before waiting.
+        self.covers = 0
 
     @property
     def push(self) -> bool:
@@ -106,6 +113,9 @@ class Wakeups:
             connection = self.session.dedicated()
             try:
                 self.dialect.listen(connection)
+                # before the caller's first look: senders notify from now on
+                self._covered = self.dialect.hold_wakeups(connection, address) or "none"
+                self.covers += 1
             except Exception:
                 close_quietly(connection)
                 raise
@@ -147,7 +157,8 @@ class Wakeups:
         return f"polling {fallback}{hint}"
 
     def close(self) -> None:
-        """Stop listening (the connection is closed)."""
+        """Stop listening (the connection is closed, which releases its wake-up lock)."""
+        self._covered = None
         listener, self._listener = self._listener, None
         if listener is not None:
             close_quietly(listener)
@@ -161,13 +172,15 @@ class Wakeups:
     def wait(self, found: bool) -> bool:
         """Block until it is time to poll again; True when a wake-up for this queue came first.
 
-        Returns on the first wake-up (push, or a change of the watched files) or after the back-off pause.
+        Returns on the first wake-up (push, or a change of the watched files) or after the back-off pause. With
+        push, the first wait after a wake-up returns True at once: senders notify from then on, and the caller
+        looks once more for a send committed just before (so none waits for the fallback poll).
         """
         if not self._checked:
             self.start()
         listener = self._listener
-        pause = self.next_pause(found)
         if listener is None:
+            pause = self.next_pause(found)
             if not self._files:
                 time.sleep(pause)
                 return False
@@ -179,21 +192,33 @@ class Wakeups:
                 time.sleep(min(FILE_CHECK_INTERVAL, left))
             self.changed()
             return False
-        deadline = time.monotonic() + pause
-        while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
-            try:
-                payloads = self.dialect.notifications(listener, left)
-            except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
-                if self._listener is not listener:
-                    return False  # close() ended the wait (the trigger stopped): nothing was lost
-                log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, first_line(exc))
-                self.close()
-                self._checked = False
-                return False
-            if any(self.dialect.is_wakeup_for(p, self.queue.address) for p in payloads):
-                self.woken += 1
+        try:
+            if self._covered is None:
+                # "held", "other", or "none" when a sender's open transaction kept the lock past lock_timeout
+                self._covered = self.dialect.hold_wakeups(listener, self.queue.address) or "none"
+                self.covers += 1
+                # Senders notify from now on; a send committed since the caller's last look did not: look again.
                 return True
-        return False
+            pause = self.next_pause(found)
+            deadline = time.monotonic() + pause
+            while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
+                payloads = self.dialect.notifications(listener, left)
+                if any(self.dialect.is_wakeup_for(p, self.queue.address) for p in payloads):
+                    self.woken += 1
+                    if self._covered == "held":  # busy now: senders stop notifying until a watcher waits again
+                        self.dialect.release_wakeups(listener, self.queue.address)
+                    self._covered = None
+                    return True
+            if self._covered != "held":
+                self._covered = None  # another watcher held the lock: ask again before the next wait
+            return False
+        except Exception as exc:  # noqa: BLE001 - a lost listener: poll, and listen again next time
+            if self._listener is not listener:
+                return False  # close() ended the wait (the trigger stopped): nothing was lost
+            log.warning("wake-up listener of %s lost (%s); listening again", self.queue.name, first_line(exc))
+            self.close()
+            self._checked = False
+            return False
 
     async def wait_async(self, found: bool) -> bool:
         """``wait`` for an event loop: sleeps on the loop while polling, waits in a thread while listening."""

@@ -82,7 +82,14 @@ class Claim:
             tx = self._tx = self.session.begin()
             try:
                 cursor = tx.cursor
-                rows = self.queue.take(cursor, count, self.within) if self.take else self.queue.lock(cursor, count)
+                queue, within = self.queue, self.within
+                if self.take:
+                    def first() -> list[Any]:
+                        return queue.take(cursor, count, within)
+                else:
+                    def first() -> list[Any]:
+                        return queue.lock(cursor, count)
+                rows = self.session.dialect.first_statement(tx.connection, first)  # sent with its BEGIN where it can
                 self.locked = len(rows)
                 self.messages, settled = self.queue.sort_out(cursor, rows, self.stats)
                 self._done = [] if self.take else settled  # taken rows are deleted already

@@ -37,14 +37,19 @@ class ReceiverLoop:
         self.concurrency = concurrency
 
     def run(self, one_batch: BatchFunction, *, max_messages: int | None = None, max_duration: float | None = None,
-            stop_when_empty: bool = True) -> int:
-        """Receive until done; return the rows that counted against the budget."""
+            stop_when_empty: bool = True, idle: Callable[[], object] | None = None) -> int:
+        """Receive until done; return the rows that counted against the budget.
+
+        ``idle`` (with ``stop_when_empty=False``): blocks until the queue may hold messages again (a wake-up or a
+        poll). One receiver that found the queue empty calls it; the others that find it empty meanwhile wait for
+        its return, so an idle pump holds one waiter, not ``concurrency``.
+        """
         check_count(max_messages, "max_messages", minimum=0, allow_none=True)
         check_seconds(max_duration, "max_duration", allow_none=True)
         lock = threading.Lock()
         settled = threading.Condition(lock)  # notified when no batch is in flight
         deadline = None if max_duration is None else time.monotonic() + max_duration
-        state = {"counted": 0, "reserved": 0, "stop": False}
+        state = {"counted": 0, "reserved": 0, "stop": False, "idle": False, "woken": 0}
         errors: list[BaseException] = []
 
         def reserve() -> int:
@@ -78,6 +83,20 @@ class ReceiverLoop:
                             state["reserved"] -= n
                             state["counted"] += counted
                             if state["reserved"] == 0:
+                                settled.notify_all()
+                    if taken == 0 and not stop_when_empty and idle is not None:
+                        with lock:
+                            if state["idle"]:  # another receiver waits for the wake-up: wait for its return
+                                woken = state["woken"]
+                                settled.wait_for(lambda: state["woken"] != woken or state["stop"])  # noqa: B023
+                                continue
+                            state["idle"] = True
+                        try:
+                            idle()
+                        finally:
+                            with lock:
+                                state["idle"] = False
+                                state["woken"] += 1
                                 settled.notify_all()
                     if taken == 0 and stop_when_empty:
                         with lock:

@@ -247,12 +247,20 @@ FROM pg_stat_user_tables WHERE schemaname = %(schema_name)s AND relname = %(tabl
 -- Reclaim dead tuples left by receives (runs outside a transaction).
 VACUUM (ANALYZE) {queue}
 
--- create_notify_function --
--- Push wake-ups (opt-in): one NOTIFY per inserting statement, payload ["schema","table"], channel sqlqueue.
--- Delivered at commit; what a sender (.NET or this provider) writes is unchanged.
-CREATE OR REPLACE FUNCTION {notify_function}() RETURNS trigger LANGUAGE plpgsql AS $sqlqueue$
+-- create_wake_function --
+-- Push wake-ups (opt-in), payload ["schema","table"], channel sqlqueue, delivered at commit; what a sender (.NET
+-- or this provider) writes is unchanged. (Earlier versions' trigger called sqlqueue_notify: a NOTIFY on every
+-- inserting statement, and every committing NOTIFY takes PostgreSQL's global notify lock, so commits of concurrent
+-- senders queued behind each other. Re-installing wake-ups moves a queue to this function.) A NOTIFY only when a receiver waits: an idle receiver holds the queue's
+-- wake-up lock (advisory, keys 1644256948 and the table's oid) exclusively on its listening connection, or is
+-- queued for it. Otherwise the statement holds that lock shared until its transaction ends (no NOTIFY, no
+-- global lock): a receiver that starts waiting meanwhile gets the lock only after this commit, then looks once
+-- more, so it sees these rows. Shared holders never wait for each other; senders never wait for receivers.
+CREATE OR REPLACE FUNCTION {wake_function}() RETURNS trigger LANGUAGE plpgsql AS $sqlqueue$
 BEGIN
-    PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text);
+    IF NOT pg_try_advisory_xact_lock_shared(1644256948, TG_RELID::integer) THEN
+        PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text);
+    END IF;
     RETURN NULL;
 END
 $sqlqueue$
@@ -263,7 +271,36 @@ DROP TRIGGER IF EXISTS {notify_trigger} ON {queue}
 
 -- create_notify_trigger --
 -- Fire the wake-up function once per statement that inserts into the queue.
-CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue} FOR EACH STATEMENT EXECUTE FUNCTION {notify_function}()
+CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue} FOR EACH STATEMENT EXECUTE FUNCTION {wake_function}()
+
+-- wake_lock_timeout --
+-- On a listening connection: how long a receiver that starts waiting waits for senders' open transactions
+-- (past it, a send still in flight is found by the fallback poll).
+SET lock_timeout = '200ms'
+
+-- wake_lock_try --
+-- A receiver starts waiting: take the queue's wake-up lock at once when no sender's statement holds it.
+SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer)
+
+-- wake_lock_held --
+-- Whether another receiver holds the queue's wake-up lock (then senders notify already).
+SELECT EXISTS (SELECT 1 FROM pg_locks
+               WHERE locktype = 'advisory' AND classid = 1644256948 AND objsubid = 2 AND mode = 'ExclusiveLock'
+                 AND granted AND objid = to_regclass(%(table)s)::oid
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+
+-- wake_lock_wait --
+-- Take the queue's wake-up lock after the senders' transactions that hold it shared end (bounded by lock_timeout).
+SELECT pg_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer)
+
+-- wake_lock_release --
+-- A woken receiver is busy: senders stop notifying until a receiver waits again.
+SELECT pg_advisory_unlock(1644256948, to_regclass(%(table)s)::oid::integer)
+
+-- notify_function_of --
+-- The function a queue's wake-up trigger calls (sqlqueue_notify in earlier versions, sqlqueue_wake now), or none.
+SELECT p.proname FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
+WHERE t.tgrelid = to_regclass(%(table)s) AND t.tgname = %(trigger_name)s
 
 -- notify_installed --
 -- 1 when the queue's wake-up trigger exists.
