@@ -10,7 +10,7 @@ a few seconds with exit code 0.
 Extra knobs (besides the contract's): ``SQLQUEUE_RECEIVER`` = ``pump`` (default) or ``drain``;
 ``SQLQUEUE_MODE`` the pump's transaction mode (default ``sends-atomic-with-receive``); ``SQLQUEUE_BATCH_SIZE``
 rows per receive (default 1 for the pump, 32 for the drain); ``SQLQUEUE_NOTIFY`` = 1 (default) or 0;
-``SQLQUEUE_POLL_S`` the fallback poll (default 1.0).
+``SQLQUEUE_POLL_S`` the fallback poll (default 1.0); ``SQLQUEUE_BENCH_QUEUE`` the queue (default ``portable_bench``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from airflow_sqlqueue import __version__
 from airflow_sqlqueue.transport import OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
 
 SYSTEM = "sqlqueue"
-QUEUE = "portable_bench"
-ERROR_QUEUE = "portable_bench_error"
+QUEUE = os.environ.get("SQLQUEUE_BENCH_QUEUE") or "portable_bench"  # adapter.json names this table
+ERROR_QUEUE = f"{QUEUE}_error"
 OBSERVER_METRICS = frozenset({"queue_depth", "producer_target_rate"})
 
 log = logging.getLogger("sqlqueue-bench")
