@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,14 +77,60 @@ def project_summary(directory: str, output: str, dataset: bool) -> dict[str, Any
     return {**result, "driver_memory": memory, "inner_seconds": round(time.monotonic() - started, 2)}
 
 
-def _spark_process(argv: list[str]) -> tuple[dict[str, Any], float]:
+def _tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and its descendants now (Linux ``/proc``), 0 once it is gone."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/statm") as f:
+                rss[int(entry)] = int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        parents[int(entry)] = int(fields[1])
+    tree, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, parent in parents.items() if parent == pid and c not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(rss.get(pid, 0) for pid in tree)
+
+
+def _spark_process(argv: list[str]) -> tuple[dict[str, Any], float, int]:
+    """Run ``python -m argv`` (a Spark step); its JSON result, seconds, and the peak resident bytes of its process
+    tree (the Python driver and its JVM: on ``local[*]`` the JVM is driver and executor), sampled every 0.5 s."""
+    import tempfile
+    import threading
+
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parent.parent)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{argv[:2]} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), seconds
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen([sys.executable, "-m", *argv], stdout=out, stderr=err, text=True,
+                                   cwd=Path(__file__).resolve().parent.parent)
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.5):
+                peak[0] = max(peak[0], _tree_rss(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        returncode = process.wait()
+        done.set()
+        sampler.join()
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if returncode != 0:
+        raise RuntimeError(f"{argv[:2]} failed:\n{stderr[-4000:]}")
+    return json.loads(stdout.strip().splitlines()[-1]), seconds, peak[0]
 
 
 def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -103,13 +150,15 @@ def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[st
     started = time.monotonic()
     drained = drain_work()
     drain_seconds = time.monotonic() - started
+    drain_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this process's peak so far
     files = list(batches.glob("*.parquet"))
     size = sum(p.stat().st_size for p in files)
     if kind == "hand":
-        summary, spark_seconds = _spark_process(["bench.hand_pipeline", "summary", str(batches)])
+        summary, spark_seconds, spark_peak = _spark_process(["bench.hand_pipeline", "summary", str(batches)])
     else:
-        summary, spark_seconds = _spark_process(["bench.spark_pipeline", "_summary", str(batches), str(results),
-                                                 "--dataset" if kind == "dataset" else "--summary-only"])
+        summary, spark_seconds, spark_peak = _spark_process(
+            ["bench.spark_pipeline", "_summary", str(batches), str(results),
+             "--dataset" if kind == "dataset" else "--summary-only"])
     shutil.rmtree(work / kind, ignore_errors=True)
     return {"kind": kind, "drained": drained, "drain_seconds": round(drain_seconds, 2),
             "spark_seconds": round(spark_seconds, 2), "total_seconds": round(drain_seconds + spark_seconds, 2),
@@ -118,6 +167,7 @@ def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[st
             "counts": {name: t["count"] for name, t in summary["types"].items()},
             "endpoints": summary["endpoints"], "messages": summary["messages"],
             "duplicates_removed": summary["duplicates_removed"],
+            "drain_peak_rss_mb": round(drain_peak / 2**20), "spark_peak_rss_mb": round(spark_peak / 2**20),
             "load_average": [round(x, 2) for x in load]}
 
 
@@ -132,17 +182,19 @@ def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"(load average {meta['load_average_start'][0]:.1f} at the start, {meta['load_average_end'][0]:.1f} "
              "at the end): compare the ratios, not the seconds.", "",
              "| pipeline | runs | drain s | drain msg/s | Spark s | end to end s | end to end vs hand | "
-             "drain vs hand (throughput) | Spark vs hand | driver heap |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "drain vs hand (throughput) | Spark vs hand | driver heap | Spark peak RSS MB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for k in kinds:
         m = med[k]
         runs = sum(1 for s in samples if s["kind"] == k)
         memory = next(s["driver_memory"] for s in samples if s["kind"] == k)
+        peaks = [s["spark_peak_rss_mb"] for s in samples if s["kind"] == k and "spark_peak_rss_mb" in s]
+        peak = f"{max(peaks):,}" if peaks else "-"
         ratio = {f: f"{m[f] / hand[f]:.2f}x" if hand else "-" for f in ("total_seconds", "spark_seconds")}
         drain_ratio = f"{hand['drain_seconds'] / m['drain_seconds']:.2f}x" if hand else "-"
         lines.append(f"| {k} | {runs} | {m['drain_seconds']:.1f} | {meta['messages'] / m['drain_seconds']:,.0f} | "
                      f"{m['spark_seconds']:.1f} | {m['total_seconds']:.1f} | {ratio['total_seconds']} | "
-                     f"{drain_ratio} | {ratio['spark_seconds']} | {memory} |")
+                     f"{drain_ratio} | {ratio['spark_seconds']} | {memory} | {peak} |")
     if hand:
         lines += ["", "Per repeat (each contestant beside the hand pipeline of the same repeat, minutes apart):", "",
                   "| repeat | pipeline | end to end vs hand | drain vs hand (throughput) | Spark vs hand |",
@@ -155,7 +207,8 @@ def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 lines.append(f"| {repeat + 1} | {s['kind']} | {s['total_seconds'] / base['total_seconds']:.2f}x | "
                              f"{base['drain_seconds'] / s['drain_seconds']:.2f}x | "
                              f"{s['spark_seconds'] / base['spark_seconds']:.2f}x |")
-    lines += ["", "Spark s is the whole Spark process (Python and JVM start-up included, as a user pays it). "
+    lines += ["", "Spark s is the whole Spark process (Python and JVM start-up included, as a user pays it); its peak "
+              "RSS is the largest resident size of that process tree (Python and the JVM, sampled every 0.5 s). "
               "`dataset` also writes the typed, deduplicated messages (bodies decoded) partitioned by type and date.",
               "", f"Command: `{meta['command']}`", ""]
     return "\n".join(lines)
