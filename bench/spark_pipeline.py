@@ -153,6 +153,15 @@ def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[st
     drain_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # this process's peak so far
     files = list(batches.glob("*.parquet"))
     size = sum(p.stat().st_size for p in files)
+    if args.drain_only:  # the drains compared alone: rows in the files counted, then the files deleted
+        import pyarrow.parquet as pq
+
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+        shutil.rmtree(work / kind, ignore_errors=True)
+        return {"kind": kind, "drained": drained, "rows_in_files": rows,
+                "drain_seconds": round(drain_seconds, 2), "files": len(files), "parquet_bytes": size,
+                "drain_peak_rss_mb": round(drain_peak / 2**20),
+                "load_average": [round(x, 2) for x in load]}
     if kind == "hand":
         summary, spark_seconds, spark_peak = _spark_process(["bench.hand_pipeline", "summary", str(batches)])
     else:
@@ -169,6 +178,33 @@ def one(db: BenchDb, kind: str, args: argparse.Namespace, work: Path) -> dict[st
             "duplicates_removed": summary["duplicates_removed"],
             "drain_peak_rss_mb": round(drain_peak / 2**20), "spark_peak_rss_mb": round(spark_peak / 2**20),
             "load_average": [round(x, 2) for x in load]}
+
+
+def drain_report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The drains alone: each contestant's drain beside the hand drain of the same repeat (throughput ratio)."""
+    lines = [f"Run of {meta['date']}, drains only: {meta['messages']:,} messages on PostgreSQL, batches of "
+             f"{meta['batch_size']}, {meta['receivers']} receivers, {meta['repeats']} repeat(s), order turned "
+             f"around every repeat. Machine: {meta['cpus']} cores, {meta['memory_gb']} GB, shared with other work "
+             f"(load average {meta['load_average_start'][0]:.1f} at the start, {meta['load_average_end'][0]:.1f} "
+             "at the end).", "",
+             "| repeat | pipeline | drain s | msg/s | vs hand drain (throughput) | peak RSS MB |",
+             "|---:|---|---:|---:|---:|---:|"]
+    ratios: dict[str, list[float]] = {}
+    for repeat in sorted({s["repeat"] for s in samples}):
+        base = next((s for s in samples if s["repeat"] == repeat and s["kind"] == "hand"), None)
+        for s in (x for x in samples if x["repeat"] == repeat):
+            ratio = base["drain_seconds"] / s["drain_seconds"] if base else None
+            if ratio is not None and s["kind"] != "hand":
+                ratios.setdefault(s["kind"], []).append(ratio)
+            lines.append(f"| {repeat + 1} | {s['kind']} | {s['drain_seconds']:.1f} | "
+                         f"{meta['messages'] / s['drain_seconds']:,.0f} | "
+                         f"{'-' if ratio is None else f'{ratio:.2f}x'} | {s.get('drain_peak_rss_mb', '-')} |")
+    lines.append("")
+    for kind, values in ratios.items():
+        lines.append(f"{kind}: median {statistics.median(values):.2f}x of the hand drain "
+                     f"(per repeat {', '.join(f'{v:.2f}x' for v in values)}).")
+    lines += ["", f"Command: `{meta['command']}`", ""]
+    return "\n".join(lines)
 
 
 def report(samples: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -218,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_report":  # the tables again from a results JSON
         data = json.loads(Path(argv[1]).read_text())
-        print(report(data["samples"], data["meta"]))
+        drains_only = all("spark_seconds" not in s for s in data["samples"])
+        print((drain_report if drains_only else report)(data["samples"], data["meta"]))
         return 0
     if argv and argv[0] == "_summary":  # the provider's Spark step in its own process
         print(json.dumps(project_summary(argv[1], argv[2], argv[3] == "--dataset"), sort_keys=True, default=str))
@@ -229,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--receivers", type=int, default=2)
     parser.add_argument("--contestants", default="hand,project", help="comma-separated: hand, project, dataset")
+    parser.add_argument("--drain-only", action="store_true", help="time the drains alone (no Spark step)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--work", type=Path, required=True, help="scratch folder for the Parquet files")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -261,15 +299,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         db.close()
     first = samples[0]
-    for s in samples:
+    if args.drain_only:
+        bad = [x for x in samples if x["rows_in_files"] != args.messages or x["drained"] != args.messages]
+        if bad:
+            raise SystemExit(f"rows written differ from the messages sent: {bad}")
+        samples_only = True
+    else:
+        samples_only = False
+    for s in ([] if samples_only else samples):
         if (s["counts"], s["endpoints"], s["messages"]) != (first["counts"], first["endpoints"], first["messages"]) \
                 or s["messages"] != args.messages:
             raise SystemExit(f"counts differ: {s['kind']} {s['counts']} vs {first['kind']} {first['counts']}")
     meta["load_average_end"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "spark_pipeline.json").write_text(json.dumps({"meta": meta, "samples": samples}, indent=1) + "\n")
-    text = report(samples, meta)
-    (args.out / "spark_pipeline.md").write_text(text)
+    name = "spark_pipeline_drain" if args.drain_only else "spark_pipeline"
+    (args.out / f"{name}.json").write_text(json.dumps({"meta": meta, "samples": samples}, indent=1) + "\n")
+    text = drain_report(samples, meta) if args.drain_only else report(samples, meta)
+    (args.out / f"{name}.md").write_text(text)
     print(text)
     return 0
 
