@@ -11,6 +11,7 @@ import json
 import os
 from datetime import datetime, timezone
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from airflow_sqlqueue.extras import require
@@ -33,23 +34,45 @@ WRITE_OPTIONS: dict[str, Any] = {"use_dictionary": ["queue"], "write_statistics"
 
 
 def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
-    """One batch as an Arrow table in ``batch_schema``, one array per column."""
+    """One batch as an Arrow table in ``batch_schema``, one array per column.
+
+    Each column is one ``pa.array`` over a list read off the messages with ``attrgetter`` (no per-row Python
+    function): the Headers column as stored (no re-encoding) and one repeated queue name when the batch comes from
+    one queue (a drain's always does). Only messages whose headers were changed after the receive are re-encoded,
+    and only a batch holding a lone surrogate (read from a stored ``"\\ud800"`` escape) is escaped row by row.
+    """
     import pyarrow as pa
 
     schema = batch_schema()
+    n = len(messages)
+    headers = list(map(_headers_text, messages))
+    if None in headers:  # headers changed after the receive (a forward header taken out): encoded again
+        headers = [text if text is not None else json.dumps(m.headers, ensure_ascii=False, separators=(",", ":"))
+                   for text, m in zip(headers, messages, strict=True)]
+    try:
+        header_array = pa.array(headers, pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: kept as its escape, the exact headers
+        header_array = pa.array([escape_surrogates(text) for text in headers], pa.string())
+    queues = set(map(_queue, messages))
+    if len(queues) == 1:
+        queue_array = pa.repeat(pa.scalar(queues.pop(), pa.string()), n)
+    else:
+        queue_array = pa.array(list(map(_queue, messages)), pa.string())
     columns = [
         pa.array([m.id_text for m in messages], pa.string()),
-        pa.array([m.seq for m in messages], pa.int64()),
-        pa.array([m.queue for m in messages], pa.string()),
-        # the Headers column as stored when the message still holds exactly those headers (no re-encoding);
-        # a lone surrogate (read from a stored "\ud800" escape) stays that escape: the exact headers, as UTF-8
-        pa.array([escape_surrogates(m.headers_text if m.headers_text is not None else
-                                    json.dumps(m.headers, ensure_ascii=False, separators=(",", ":")))
-                  for m in messages], pa.string()),
-        pa.array([m.body for m in messages], pa.binary()),
-        pa.repeat(pa.scalar(received_at, schema.field("received_at").type), len(messages)),
+        pa.array(list(map(_seq, messages)), pa.int64()),
+        queue_array,
+        header_array,
+        pa.array(list(map(_body, messages)), pa.binary()),
+        pa.repeat(pa.scalar(received_at, schema.field("received_at").type), n),
     ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+_headers_text = attrgetter("headers_text")
+_queue = attrgetter("queue")
+_seq = attrgetter("seq")
+_body = attrgetter("body")
 
 
 class ParquetBatchWriter:

@@ -204,7 +204,7 @@ class Deployment:
     def start_process(self, name: str, args: list[str]) -> Process:
         env = self.base_env()
         if name.startswith("worker"):
-            env["SQLQUEUE_DEPLOY_WORKER"] = name
+            env["SQLQUEUE_DEPLOY_WORKER"] = env["WORKER_NAME"] = name  # the second: docs/scale-out.md's name
         log = self.root / "logs" / f"{name}.log"
         process = Process(name, args, env, log)
         with open(log, "ab") as out:

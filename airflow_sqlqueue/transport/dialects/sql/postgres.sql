@@ -93,10 +93,11 @@ VALUES (%(headers)s, COALESCE(%(body)s::bytea, ''::bytea),
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest rows no other receiver holds, and return them.
 -- ARRAY(subquery) is an InitPlan: evaluated exactly once, so the delete can never take more than the limit
--- (an IN (subquery) may be planned as a join that re-runs the locking scan).
+-- (an IN (subquery) may be planned as a join that re-runs the locking scan). The Id comes back as its canonical
+-- text (what a drain writes, no UUID object per row; ReceivedMessage.id parses it when asked).
 DELETE FROM {queue}
 WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
-RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+RETURNING id::text, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- receive_range --
 -- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s that no other receiver
@@ -105,7 +106,7 @@ RETURNING id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT
 DELETE FROM {queue}
 WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
                       ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
-RETURNING id, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+RETURNING id::text, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- seq_bounds --
 -- Oldest and newest positions (two index seeks, no locks; NULLs when empty): what a partitioned drain splits.
