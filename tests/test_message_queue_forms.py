@@ -104,3 +104,14 @@ def test_parse_queue_uri() -> None:
     assert parse_queue_uri("sqlqueue://db/%22sales%22.%22orders%22") == ("db", '"sales"."orders"')
     assert parse_queue_uri("kafka://db/orders") is None
     assert parse_queue_uri("orders") is None
+
+
+def test_installed_version_reads_queue_beside_scheme_as_a_uri(message_queue_trigger: Any) -> None:
+    """On 2.1 ``queue`` wins over ``scheme`` and is a broker queue URI: a triggerer-queue name is refused there (as
+    docs/triggers.md says), where 2.2 would route by it."""
+    with pytest.warns(Warning, match="deprecated"):
+        trigger = message_queue_trigger(scheme="sqlqueue", queue="fast", conn_id="db", queue_name="orders")
+    with pytest.raises(ValueError, match="not recognized"):
+        trigger.serialize()
+    routed = message_queue_trigger(scheme="sqlqueue", trigger_queue="fast", conn_id="db", queue_name="orders")
+    assert routed.queue == "fast" and kwargs_of(routed)["queue_name"] == "orders"
