@@ -19,8 +19,9 @@ QUEUE = os.environ.get("SQLQUEUE_EXAMPLE_EVENTS_QUEUE", "events")
 DOC = """
 ### Event-driven: messages schedule DAG runs (`AssetWatcher`)
 
-The triggerer watches the queue with `SqlQueueMessageTrigger`. Each claimed batch of messages (up to 500, at
-most one event every 5 s) becomes one asset event carrying the messages (`id`, `seq`, `headers`, `body`); they
+The triggerer watches the queue with `SqlQueueMessageTrigger`. Each claimed batch of messages (up to 500; the
+first message after a quiet spell goes out at once, then events keep 2 s apart for a trickle and 5 s under load)
+becomes one asset event carrying the messages (`id`, `seq`, `headers`, `body`); they
 are deleted only after Airflow stored the event, so none is lost if the triggerer dies. `handle` passes the run's
 messages to `handle_once`: a message that an earlier successful run already handled (a batch the triggerer
 emitted again after a crash) is skipped, through the inbox table `SqlQueueInbox` it creates in the queue's
@@ -36,8 +37,9 @@ send wakes it at once. Otherwise it polls every 2 s, backing off to 8 s while id
 
 **Configure**: `SQLQUEUE_EXAMPLE_CONN_ID` (default `sqlqueue_default`) and `SQLQUEUE_EXAMPLE_EVENTS_QUEUE`
 (default `events`) in the environment of the DAG processor, the workers and the triggerer; the queue and the
-error queue `error` must exist. The watcher starts when the DAG is unpaused and the DAG processor has parsed the
-file since (up to its parse interval).
+error queue `error` must exist. The watcher starts when the DAG processor next parses this file after the DAG is
+unpaused (up to `[dag_processor] min_file_process_interval`, 30 s, plus the parse), and it keeps claiming after a
+pause until the triggerer cancels it: stop the senders, or pause when the queue is idle.
 """
 
 trigger = SqlQueueMessageTrigger(conn_id=CONN_ID, queue_name=QUEUE, poll_interval=2.0)

@@ -152,6 +152,22 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 DEFAULT_EVENT_INTERVAL = 5.0
 DEFAULT_MAX_BODY_BYTES = 65536
+#: Light traffic: after an event of at most ``LIGHT_EVENT_MESSAGES`` messages the next one may follow
+#: ``min_event_interval`` (default 2 s) later; after a bigger one (load), ``event_interval`` later.
+DEFAULT_MIN_EVENT_INTERVAL = 2.0
+LIGHT_EVENT_MESSAGES = 10
+
+
+def next_event_gap(last_count: int, event_interval: float, min_event_interval: float) -> float:
+    """Seconds the next event keeps after the previous one (of ``last_count`` messages): ``event_interval`` under
+    load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
+
+    The first message after a quiet period of that length goes out at once; messages that arrive while an event is
+    in flight (emitted, not yet stored) or within the gap join the next event.
+    """
+    if last_count > LIGHT_EVENT_MESSAGES:
+        return event_interval
+    return min(min_event_interval, event_interval)
 
 
 def message_payload(message: ReceivedMessage, max_body_bytes: int | None = None) -> dict[str, Any]:
@@ -390,7 +406,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
     ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages; it claims the next
-    batch only after Airflow advanced that event, and no sooner than ``event_interval`` after the previous
+    batch only after Airflow advanced that event, and no sooner than ``next_event_gap`` after the previous
     event. ``advance`` deletes the batch once its asset events were stored, moves a rejected batch to the error
     queue, and leaves a failed one in the queue (emitted again). See ``SqlQueueMessageTrigger`` for the parameters.
     """
@@ -400,7 +416,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                  max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
                  max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None,
                  message_types: Sequence[str] | None = None, match_headers: dict[str, str] | None = None,
-                 allow_delete_before_stored: bool = False) -> None:
+                 allow_delete_before_stored: bool = False,
+                 min_event_interval: float = DEFAULT_MIN_EVENT_INTERVAL) -> None:
         self.conn_id = conn_id
         self.filter = MessageFilter(message_types, match_headers)
         self.allow_delete_before_stored = allow_delete_before_stored
@@ -412,6 +429,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.error_queue = error_queue
         self.max_body_bytes = max_body_bytes
         self.event_interval = event_interval
+        self.min_event_interval = min_event_interval
         self.max_event_bytes = max_event_bytes
         self.transport: SqlQueueTransport | None = None
         self._connection: Any = None
@@ -419,6 +437,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self._settled = asyncio.Event()
         self._closing = False
         self._last_event = float("-inf")
+        self._gap = 0.0  # what the next event keeps after the last one (next_event_gap)
 
     async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], int]]:
         self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
@@ -432,8 +451,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         log.info("queue %s: this trigger is %s", name, wakeups.describe())
         try:
             while not self._closing:
-                wait = self._last_event + self.event_interval - loop.time()
-                if wait > 0:  # at most one event per event_interval: messages meanwhile join the next batch
+                wait = self._last_event + self._gap - loop.time()
+                if wait > 0:  # events spaced by next_event_gap: messages meanwhile join the next batch
                     await asyncio.sleep(wait)
                 claim = ClaimedBatch(self.transport, address)
                 self._claim = claim
@@ -477,6 +496,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
                 self._last_event = loop.time()
+                self._gap = next_event_gap(len(items), self.event_interval, self.min_event_interval)
                 metrics.incr("trigger_events", self.conn_id, name)
                 metrics.incr("trigger_messages", self.conn_id, name, len(items))
                 yield payload, claim.number
@@ -551,11 +571,14 @@ class SqlQueueStreamProducer(SharedStreamProducer):
 class SqlQueueMessageTrigger(BaseEventTrigger):
     """Asset events carrying the messages of a queue, for ``AssetWatcher``: messages schedule DAG runs.
 
-    Each event carries one claimed batch: up to ``batch_size`` of the oldest messages, at most
-    ``max_event_bytes`` of JSON, and at most one event per ``event_interval`` seconds per queue (messages that
-    arrive meanwhile join the next event). One event per batch, spaced, is what Airflow 3.3's scheduler turns
-    into DAG runs without leaving events behind (events stored while it creates a run for the same asset can
-    wait for the next event: apache/airflow#56050, #56749); one event per message hit that on most bursts.
+    Each event carries one claimed batch: up to ``batch_size`` of the oldest messages and at most
+    ``max_event_bytes`` of JSON. The first message after a quiet period goes out at once; after that, events
+    keep a gap (``next_event_gap``): ``min_event_interval`` (2 s) after an event of at most 10 messages (light
+    traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
+    while an event is in flight or within the gap join the next event. Spaced events are what Airflow 3.3's
+    scheduler turns into DAG runs without leaving events behind (an event stored before the scheduler created
+    the run of the previous one waits for the next event: apache/airflow#56749); one event per message hit that
+    on most bursts.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
     deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
@@ -575,7 +598,10 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     :param poll_interval: seconds between two polls of an empty queue (at least 0.1).
     :param error_queue: where rejected messages and rows with unreadable headers go.
     :param max_body_bytes: bodies larger than this are left out of the payload (None: never).
-    :param event_interval: shortest time in seconds between two events of this queue (default 5).
+    :param event_interval: shortest time in seconds between two events of this queue under load, after an event
+        of more than 10 messages (default 5).
+    :param min_event_interval: shortest time in seconds between two events of this queue under light traffic,
+        after an event of at most 10 messages (default 2; never more than ``event_interval``).
     :param max_event_bytes: most bytes of one event's payload (default 1 MiB); messages that do not fit stay
         in the queue for the next event.
     :param max_poll_interval: the longest pause between polls while the queue stays empty (idle back-off;
@@ -597,7 +623,8 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
                  max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES, event_interval: float = DEFAULT_EVENT_INTERVAL,
                  max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, max_poll_interval: float | None = None,
                  message_types: Sequence[str] | None = None, match_headers: dict[str, str] | None = None,
-                 allow_delete_before_stored: bool = False) -> None:
+                 allow_delete_before_stored: bool = False,
+                 min_event_interval: float = DEFAULT_MIN_EVENT_INTERVAL) -> None:
         super().__init__()
         self.message_types, self.match_headers = _check_filter(message_types, match_headers, type(self).__name__)
         self.allow_delete_before_stored = bool(allow_delete_before_stored)
@@ -606,6 +633,9 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
         if not is_number(event_interval) or event_interval < 0:
             raise ValueError(f"{type(self).__name__}: event_interval must be a number of seconds >= 0, got "
                              f"{event_interval!r}")
+        if not is_number(min_event_interval) or min_event_interval < 0:
+            raise ValueError(f"{type(self).__name__}: min_event_interval must be a number of seconds >= 0, got "
+                             f"{min_event_interval!r}")
         self.conn_id = conn_id
         self.queue_name = queue_name
         self.batch_size = batch_size
@@ -613,6 +643,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
         self.error_queue = error_queue
         self.max_body_bytes = max_body_bytes
         self.event_interval = float(event_interval)
+        self.min_event_interval = float(min_event_interval)
         self.max_event_bytes = max_event_bytes
         self.max_poll_interval = max_poll_interval
 
@@ -623,7 +654,8 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
                  "max_body_bytes": self.max_body_bytes, "event_interval": self.event_interval,
                  "max_event_bytes": self.max_event_bytes, "max_poll_interval": self.max_poll_interval,
                  "message_types": self.message_types, "match_headers": self.match_headers,
-                 "allow_delete_before_stored": self.allow_delete_before_stored})
+                 "allow_delete_before_stored": self.allow_delete_before_stored,
+                 "min_event_interval": self.min_event_interval})
 
     def shared_stream_key(self) -> Hashable | None:
         return ("airflow_sqlqueue", self.conn_id, self.queue_name, self.error_queue,

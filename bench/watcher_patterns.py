@@ -1,0 +1,221 @@
+"""The event trigger's batching by send pattern: send -> event p50/p95 for isolated sends, one send a second and
+bursts, before and after issue 29's quick first event, and idle statements per minute.
+
+``python -m bench.watcher_patterns [--steady-seconds 60] [--trials 8] [--pg-url URL] [--out DIR]``
+
+Runs ``SqlQueueStreamProducer`` (what the triggerer runs for a ``SqlQueueMessageTrigger`` in an ``AssetWatcher``)
+in process with the shipped example's settings (``poll_interval`` 2 s, idle back-off to 8 s, ``event_interval``
+5 s), on SQLite (file wake-ups) and PostgreSQL (push), all set-ups at once, each on its own queue:
+
+* **before**: every event keeps ``event_interval`` after the previous one (``min_event_interval`` = 5 s);
+* **after**: the defaults, ``min_event_interval`` 2 s after an event of at most 10 messages.
+
+Each event is acknowledged ``--store-delay`` (0.2 s) after it is yielded, standing in for Airflow storing it.
+Patterns, in this order: idle statements per minute over ``--idle-seconds``; ``--trials`` isolated sends after
+6-10 s of quiet; one send a second for ``--steady-seconds``; ``--trials`` bursts of 20 (one transaction each)
+after 6-10 s of quiet. Latency is from a send's commit to the producer yielding the event that carries it (the
+triggerer's side: Airflow then stores the event and the scheduler starts the run, about 1 s more).
+
+Writes ``watcher_patterns.json`` and ``watcher_patterns.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-bench-airflow-"))
+
+from .databases import DEFAULT_PG_URL  # noqa: E402
+from .latency import percentile  # noqa: E402
+from .watcher_idle import counted_transport  # noqa: E402
+
+PATTERNS = ("isolated", "1/s", "burst of 20")
+
+
+class Watcher:
+    """One producer on its own queue: the commit time of each sent id, the yield time of each emitted id."""
+
+    def __init__(self, name: str, url: str, queue: str, *, min_event_interval: float, notify: bool,
+                 store_delay: float) -> None:
+        from airflow_sqlqueue.transport import SqlQueueTransport
+
+        self.name, self.url, self.queue = name, url, queue
+        self.min_event_interval, self.store_delay = min_event_interval, store_delay
+        self.counter = [0]
+        self.sender = SqlQueueTransport.from_url(url)
+        self.sender.create_queues([queue, self._error()], notify=notify)
+        self.transport = counted_transport(url, self.counter)
+        self.sent: dict[str, tuple[str, float]] = {}
+        self.emitted: dict[str, float] = {}
+        self.events = 0
+        self.task: asyncio.Task | None = None
+
+    def _error(self) -> str:
+        return self.queue.rsplit(".", 1)[0] + '."error"' if self.queue.startswith('"') else "error"
+
+    async def start(self) -> None:
+        from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+        import airflow_sqlqueue.triggers.sqlqueue as module
+
+        producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue, error_queue=self._error(),
+                                                 min_event_interval=self.min_event_interval)
+        transport = self.transport
+
+        async def get_transport(conn_id: str, **kwargs: Any) -> tuple[Any, Any]:
+            return transport, None
+
+        module.get_transport = get_transport  # read once, at the stream's start: watchers start one at a time
+
+        async def loop() -> None:
+            stream = producer.open_stream()
+            try:
+                while True:
+                    payload, number = await anext(stream)
+                    now = time.perf_counter()
+                    self.events += 1
+                    for item in payload["messages"]:
+                        self.emitted.setdefault(str(item["id"]), now)
+                    await asyncio.sleep(self.store_delay)
+                    await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=1, failed=0))])
+            finally:
+                await stream.aclose()
+                await producer.aclose()
+
+        self.task = asyncio.ensure_future(loop())
+
+    async def send(self, pattern: str, count: int = 1) -> None:
+        from airflow_sqlqueue.transport import OutgoingMessage
+
+        ids = await asyncio.to_thread(self.sender.send_many, self.queue,
+                                      [OutgoingMessage(body=b"ping") for _ in range(count)])
+        committed = time.perf_counter()
+        for message_id in ids:
+            self.sent[str(message_id)] = (pattern, committed)
+
+    async def drained(self, timeout: float = 60) -> None:
+        deadline = time.perf_counter() + timeout
+        while set(self.sent) - set(self.emitted) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.1)
+
+    def latencies(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {p: [] for p in PATTERNS}
+        for message_id, (pattern, committed) in self.sent.items():
+            if message_id in self.emitted:
+                out[pattern].append(self.emitted[message_id] - committed)
+        return out
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await asyncio.to_thread(self.transport.close)
+        await asyncio.to_thread(self.sender.close)
+
+
+async def measure(watchers: list[Watcher], args: argparse.Namespace) -> dict[str, Any]:
+    import airflow_sqlqueue.triggers.sqlqueue as module
+
+    original = module.get_transport
+    for watcher in watchers:
+        await watcher.start()
+        await asyncio.sleep(1.0)
+    module.get_transport = original
+    await asyncio.sleep(20)  # the back-off settles at its longest pause
+    before = {w.name: w.counter[0] for w in watchers}
+    await asyncio.sleep(args.idle_seconds)
+    idle = {w.name: (w.counter[0] - before[w.name]) * 60 / args.idle_seconds for w in watchers}
+    for _ in range(args.trials):
+        await asyncio.sleep(random.uniform(6, 10))
+        await asyncio.gather(*(w.send("isolated") for w in watchers))
+    await asyncio.sleep(random.uniform(6, 10))
+    events_before = {w.name: w.events for w in watchers}
+    start = time.perf_counter()
+    for second in range(int(args.steady_seconds)):
+        await asyncio.sleep(max(0.0, start + second - time.perf_counter()))
+        await asyncio.gather(*(w.send("1/s") for w in watchers))
+    await asyncio.gather(*(w.drained() for w in watchers))
+    steady_events = {w.name: w.events - events_before[w.name] for w in watchers}
+    for _ in range(args.trials):
+        await asyncio.sleep(random.uniform(6, 10))
+        await asyncio.gather(*(w.send("burst of 20", 20) for w in watchers))
+    await asyncio.gather(*(w.drained() for w in watchers))
+    results = {}
+    for watcher in watchers:
+        results[watcher.name] = {
+            "idle_statements_per_min": round(idle[watcher.name], 1),
+            "events_per_min_at_1_per_s": round(steady_events[watcher.name] * 60 / args.steady_seconds, 1),
+            "lost": len(set(watcher.sent) - set(watcher.emitted)),
+            "latency_s": {p: [round(v, 3) for v in values] for p, values in watcher.latencies().items()}}
+        await watcher.stop()
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["| set-up | idle statements/min | pattern | send -> event p50 | p95 | messages | events/min at 1/s |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        for pattern, values in r["latency_s"].items():
+            if values:
+                lines.append(f"| {name} | {r['idle_statements_per_min']:.0f} | {pattern} | "
+                             f"{statistics.median(values):.2f} s | {percentile(values, 95):.2f} s | {len(values)} | "
+                             f"{r['events_per_min_at_1_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.watcher_patterns", description=__doc__.splitlines()[0])
+    parser.add_argument("--idle-seconds", type=float, default=40.0)
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--steady-seconds", type=float, default=60.0)
+    parser.add_argument("--store-delay", type=float, default=0.2)
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    import psycopg
+
+    schema = "bench_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(args.pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    root = Path(tempfile.mkdtemp(prefix="sqlqueue-watcher-patterns-"))
+
+    async def scenario() -> dict[str, Any]:
+        watchers = []
+        for label, gap in (("before", 5.0), ("after", 2.0)):
+            watchers.append(Watcher(f"SQLite, {label}", f"sqlite:///{root / label}.db", "events",
+                                    min_event_interval=gap, notify=False, store_delay=args.store_delay))
+            watchers.append(Watcher(f"PostgreSQL push, {label}", args.pg_url, f'"{schema}"."{label}"',
+                                    min_event_interval=gap, notify=True, store_delay=args.store_delay))
+        return await measure(watchers, args)
+
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        with psycopg.connect(args.pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    machine = f"{os.cpu_count()} cores, shared with other work while measured; Python {sys.version.split()[0]}"
+    text = (f"Watcher batching by send pattern (poll 2 s, back-off to 8 s, event_interval 5 s; before: every event "
+            f"waits event_interval, after: min_event_interval 2 s after light events); {machine}\n\n"
+            + table(results) + "\n")
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "watcher_patterns.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    (args.out / "watcher_patterns.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    raise SystemExit(main())

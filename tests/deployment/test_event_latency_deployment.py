@@ -1,0 +1,162 @@
+"""Send -> DAG run start on a real deployment with the shipped example DAG's own settings (issue 29).
+
+``example_asset_watcher.py`` as shipped (``poll_interval`` 2 s, the trigger's defaults: back-off to 8 s,
+``event_interval`` 5 s, ``min_event_interval`` 2 s), its queue on PostgreSQL with the wake-up trigger, LocalExecutor,
+metadata on PostgreSQL. Send patterns: isolated sends after quiet spells, one send a second, bursts of 20; then a
+pause and an unpause. Every message must end in a successful run (counted per message from the asset events and
+their runs); the latencies are printed as a table, never asserted (timing is read, not tested).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from airflow_sqlqueue.transport import OutgoingMessage, SqlQueueTransport
+from tests.deployment.harness import PG_URL, Deployment, percentile, wait_for
+
+pytestmark = [pytest.mark.deployment, pytest.mark.timeout(1500)]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "airflow_sqlqueue" / "example_dags" / "example_asset_watcher.py"
+DAG_ID = "example_sqlqueue_asset_watcher"
+ROWS: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    schema = "l_" + uuid.uuid4().hex[:10]
+    queue = f'"{schema}"."events"'
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    deployment = Deployment(tmp_path_factory.mktemp("latency"), [EXAMPLE],
+                            env={"SQLQUEUE_EXAMPLE_CONN_ID": "sqlqueue_default",
+                                 "SQLQUEUE_EXAMPLE_EVENTS_QUEUE": queue},
+                            connections={"sqlqueue_default": PG_URL})
+    deployment.queue = queue  # type: ignore[attr-defined]
+    try:
+        with SqlQueueTransport.from_url(PG_URL) as transport:
+            transport.create_queues([queue], notify=True)  # as docs/deployment.md says: with --notify
+            if not transport.exists("error"):
+                transport.create_queues(["error"])
+        with deployment:
+            deployment.wait_parsed([DAG_ID])
+            deployment.set_paused(DAG_ID, False)
+            yield deployment
+    finally:
+        print("\n" + table(ROWS))
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def send(deployment: Deployment, bodies: list[str]) -> float:
+    with SqlQueueTransport.from_url(PG_URL) as transport:
+        transport.send_many(deployment.queue, [OutgoingMessage(body=b.encode()) for b in bodies])
+    return time.time()
+
+
+def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
+    """Per message: when its asset event was stored, when the first run that consumed it started, and whether a
+    run that consumed it succeeded."""
+    tags = sorted({body.rsplit("-", 1)[0] for body in sent})
+    rows = deployment.query(
+        "SELECT e.timestamp, e.extra, r.start_date, r.state FROM asset_event e "
+        "LEFT JOIN dagrun_asset_event d ON d.event_id = e.id LEFT JOIN dag_run r ON r.id = d.dag_run_id "
+        "WHERE e.extra::text LIKE ANY(%s)", ([f"%{t}-%" for t in tags],))
+    event_at: dict[str, float] = {}
+    run_at: dict[str, float] = {}
+    done: set[str] = set()
+    for stored, extra, started, state in rows:
+        for message in (extra or {}).get("payload", {}).get("messages", []):
+            body = message.get("body")
+            if body not in sent:
+                continue
+            event_at[body] = min(event_at.get(body, float("inf")), stored.timestamp())
+            if started is not None:
+                run_at[body] = min(run_at.get(body, float("inf")), started.timestamp())
+            if state == "success":
+                done.add(body)
+    return {"event_at": event_at, "run_at": run_at, "done": done}
+
+
+def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180) -> dict[str, Any]:
+    wait_for(f"the {len(sent)} messages of {name} in successful runs",
+             lambda: outcome(deployment, sent)["done"] >= set(sent), timeout, interval=2, hint=deployment.where_logs())
+    got = outcome(deployment, sent)
+    to_event = [got["event_at"][b] - sent[b] for b in sent]
+    to_run = [got["run_at"][b] - sent[b] for b in sent if b in got["run_at"]]
+    row = {"pattern": name, "messages": len(sent), "waiting": len(set(sent) - got["done"]),
+           "event p50": statistics.median(to_event), "event p95": percentile(to_event, 95),
+           "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95)}
+    ROWS.append(row)
+    print(row)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| pattern | messages | send -> asset event p50 | p95 | send -> run start p50 | p95 | waiting |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['pattern']} | {r['messages']} | {r['event p50']:.1f} s | {r['event p95']:.1f} s | "
+                     f"{r['run p50']:.1f} s | {r['run p95']:.1f} s | {r['waiting']} |")
+    return "\n".join(lines)
+
+
+def test_isolated_sends(example: Deployment) -> None:
+    tag, sent = "iso" + uuid.uuid4().hex[:6], {}
+    for i in range(6):
+        time.sleep(random.uniform(15, 20))
+        sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
+    assert finish(example, "isolated (after 15-20 s quiet)", sent)["waiting"] == 0
+
+
+def test_one_send_a_second(example: Deployment) -> None:
+    tag, sent = "sec" + uuid.uuid4().hex[:6], {}
+    time.sleep(15)
+    start = time.time()
+    for i in range(60):
+        time.sleep(max(0.0, start + i - time.time()))
+        sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
+    assert finish(example, "1/s for 60 s", sent)["waiting"] == 0
+
+
+def test_bursts_of_20(example: Deployment) -> None:
+    tag, sent = "bur" + uuid.uuid4().hex[:6], {}
+    for b in range(4):
+        time.sleep(random.uniform(15, 20))
+        bodies = [f"{tag}-{b * 20 + i}" for i in range(20)]
+        at = send(example, bodies)
+        sent.update(dict.fromkeys(bodies, at))
+    assert finish(example, "bursts of 20 (after 15-20 s quiet)", sent)["waiting"] == 0
+
+
+def test_pause_and_unpause(example: Deployment) -> None:
+    """How long the watcher keeps claiming after a pause, and starts after an unpause (printed); every message
+    sent meanwhile waits in the queue and ends in a successful run after the unpause."""
+    tag, sent = "pau" + uuid.uuid4().hex[:6], {}
+    cancelled = example.log_text("triggerer").count("Trigger cancelled")
+    paused_at = time.time()
+    example.set_paused(DAG_ID, True)
+    wait_for("the triggerer to cancel the paused DAG's watcher",
+             lambda: example.log_text("triggerer").count("Trigger cancelled") > cancelled, 180, interval=0.5)
+    stop_after = time.time() - paused_at
+    for i in range(5):
+        sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
+    time.sleep(5)
+    with SqlQueueTransport.from_url(PG_URL) as transport:
+        assert transport.peek(example.queue) == 5, "messages were taken while the DAG was paused"
+    unpaused_at = time.time()
+    example.set_paused(DAG_ID, False)
+    wait_for("the unpaused DAG's watcher to emit the waiting messages",
+             lambda: len(outcome(example, sent)["event_at"]) == 5, 180, interval=0.5)
+    start_after = max(outcome(example, sent)["event_at"].values()) - unpaused_at
+    name = (f"5 sent while paused (watcher cancelled {stop_after:.0f} s after the pause, their event "
+            f"{start_after:.0f} s after the unpause)")
+    assert finish(example, name, sent, timeout=240)["waiting"] == 0
