@@ -568,3 +568,26 @@ VALUES (CAST(%(id)s AS uniqueidentifier), %(correlation_id)s, %(reply_to_address
 -- 1 when the table holds a row with this Id (a scan: the table has no index on Id; used only for a batch a crash
 -- left unsure).
 SELECT COUNT(*) FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in SourceQueue go back to TargetQueue when retried, by every retry path. Names are canonical queue names; one redirect per source. Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {table} (
+    SourceQueue nvarchar(450) NOT NULL PRIMARY KEY,
+    TargetQueue nvarchar(450) NOT NULL,
+    CreatedBy nvarchar(200) NULL,
+    CreatedAt datetime2 NOT NULL DEFAULT SYSUTCDATETIME()
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT SourceQueue, TargetQueue, CreatedBy, CONVERT(nvarchar(40), CreatedAt, 127) + 'Z' FROM {table} ORDER BY SourceQueue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one (the key-range lock makes a concurrent insert of the same source wait).
+INSERT INTO {table} (SourceQueue, TargetQueue, CreatedBy)
+SELECT %(source_queue)s, %(target_queue)s, %(created_by)s
+WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) WHERE SourceQueue = %(source_queue)s)
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE SourceQueue = %(source_queue)s

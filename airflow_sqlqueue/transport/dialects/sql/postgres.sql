@@ -498,3 +498,28 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the primary key).
 SELECT count(*) FROM {queue} WHERE id = %(id)s::uuid
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in source_queue go
+-- back to target_queue when retried, by every retry path. Names are canonical queue names; one redirect per source.
+CREATE TABLE IF NOT EXISTS {table} (
+    source_queue varchar(450) NOT NULL PRIMARY KEY,
+    target_queue varchar(450) NOT NULL,
+    created_by varchar(200) NULL,
+    created_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'utc')
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT source_queue, target_queue, created_by, to_char(created_at, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+FROM {table} ORDER BY source_queue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one.
+INSERT INTO {table} (source_queue, target_queue, created_by)
+VALUES (%(source_queue)s, %(target_queue)s, %(created_by)s)
+ON CONFLICT DO NOTHING
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE source_queue = %(source_queue)s

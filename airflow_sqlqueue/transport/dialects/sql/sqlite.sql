@@ -350,3 +350,28 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the unique index on id).
 SELECT count(*) FROM {queue} WHERE id = %(id)s
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in SourceQueue go
+-- back to TargetQueue when retried, by every retry path. Names are canonical queue names; one redirect per source.
+-- Times are UTC text.
+CREATE TABLE IF NOT EXISTS {table} (
+    SourceQueue varchar(450) NOT NULL PRIMARY KEY,
+    TargetQueue varchar(450) NOT NULL,
+    CreatedBy varchar(200) NULL,
+    CreatedAt text NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'))
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT SourceQueue, TargetQueue, CreatedBy, CreatedAt FROM {table} ORDER BY SourceQueue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one.
+INSERT INTO {table} (SourceQueue, TargetQueue, CreatedBy)
+VALUES (%(source_queue)s, %(target_queue)s, %(created_by)s)
+ON CONFLICT DO NOTHING
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
