@@ -24,6 +24,8 @@ ROUTES = {
     ("get", "/api/archive/connections"), ("get", "/api/connections/{conn_id}/archives"),
     ("get", "/api/connections/{conn_id}/archives/{archive_id}"), ("post", "/api/connections/{conn_id}/archives"),
     ("post", "/api/connections/{conn_id}/archives/{archive_id}/restore")}
+ROUTES |= {("get", "/api/connections/{conn_id}/permissions"), ("get", "/api/connections/{conn_id}/redirects"),
+           ("post", "/api/connections/{conn_id}/redirects"), ("post", "/api/connections/{conn_id}/redirects/remove")}
 
 
 def served(client: Any) -> dict[str, Any]:

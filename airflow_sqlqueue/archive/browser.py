@@ -42,8 +42,11 @@ def _matches(row: dict[str, Any], after_seq: int, where: FailedFilter) -> bool:
         return False
     if not where.matches(row):
         return False
-    return not where.search or any(form.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
-                                   for form in where.search_forms().values() if form)
+    if not where.search:
+        return True  # an archive is searched in its headers and Ids (a browse never reads the bodies)
+    return (any(form.encode("utf-8", "surrogatepass") in (row["headers"] or b"")
+                for form in where.search_forms().values() if form)
+            or where.search.lower() in str(row.get("id") or "").lower())
 
 
 def _browse_row(row: dict[str, Any], restored: set[str], not_found: set[int]) -> dict[str, Any]:

@@ -23,7 +23,8 @@ Routes (every one needs a logged-in user; see :mod:`.auth` for the permissions):
   "ramp_start", "rate_per_second", "max_messages", "redirects"}``: start a run of the batched-retry DAG | edit |
 | ``POST /api/connections/{conn_id}/batch-retries/cancel`` ``{"run_id"}``: stop a run before its next batch | edit |
 
-The error archive's routes are in :mod:`.archive_api`.
+The error archive's routes are in :mod:`.archive_api`; retry redirects and permissions in :mod:`.redirects_api`.
+"edit" above is the permission of the route's action (:mod:`.permissions`): retry, delete, edit and retry.
 
 Only connection ids and queue names leave the server: never a host, login, password or extra.
 """
@@ -52,7 +53,8 @@ from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 
 from . import models
 from .archive_api import archive_router
-from .auth import EditorDep, ReaderDep, can_change_dag, can_edit
+from .auth import BatchRetrierDep, DeleterDep, EditorDep, EditRetrierDep, ReaderDep, can_change_dag, can_edit
+from .redirects_api import redirects_router
 from .texts import MAX_SEQ, Field_, Text
 
 log = logging.getLogger(__name__)
@@ -224,9 +226,10 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def login_redirect(request: Request, exc: HTTPException) -> Response:
-        """Pages (not API calls) send a user who is not logged in to Airflow's login page."""
+        """A browser opening a page (not an API call) while not logged in goes to Airflow's login page; any other
+        request gets the 401."""
         if exc.status_code == status.HTTP_401_UNAUTHORIZED and not request.url.path.startswith(
-                f"{request.scope.get('root_path', '')}/api/"):
+                f"{request.scope.get('root_path', '')}/api/") and "text/html" in request.headers.get("accept", ""):
             from airflow.api_fastapi.app import get_auth_manager
 
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
@@ -335,7 +338,7 @@ def create_app() -> FastAPI:
         return _guard(conn_id, work)
 
     @app.post("/api/connections/{conn_id}/failed/edit-retry", response_model=models.EditSent, responses=PROBLEMS)
-    def edit_retry(conn_id: str, edit: Edit, user: EditorDep) -> dict[str, Any]:
+    def edit_retry(conn_id: str, edit: Edit, user: EditRetrierDep) -> dict[str, Any]:
         if not _edit_retry_on():
             raise HTTPException(status.HTTP_403_FORBIDDEN, "edit and retry is off in this deployment; an "
                                 "administrator turns it on with [sqlqueue] dashboard_edit_retry = True")
@@ -375,7 +378,7 @@ def create_app() -> FastAPI:
         return _guard(conn_id, work)
 
     @app.post("/api/connections/{conn_id}/batch-retries", response_model=models.RunStarted, responses=PROBLEMS)
-    def start_batch_retry(conn_id: str, request: BatchRetryRequest, user: EditorDep) -> dict[str, Any]:
+    def start_batch_retry(conn_id: str, request: BatchRetryRequest, user: BatchRetrierDep) -> dict[str, Any]:
         from airflow.exceptions import DagNotFound
 
         def work() -> dict[str, Any]:
@@ -426,8 +429,9 @@ def create_app() -> FastAPI:
         return _act("sqlqueue.retry_failed_messages", conn_id, user, selection, retry=True)
 
     @app.post("/api/connections/{conn_id}/failed/delete", response_model=models.Deleted, responses=PROBLEMS)
-    def delete(conn_id: str, selection: Selection, user: EditorDep) -> dict[str, Any]:
+    def delete(conn_id: str, selection: Selection, user: DeleterDep) -> dict[str, Any]:
         return _act("sqlqueue.delete_failed_messages", conn_id, user, selection, retry=False)
 
     app.include_router(archive_router(_guard, PROBLEMS))  # the error archive: plugins/archive_api.py
+    app.include_router(redirects_router(_guard, PROBLEMS))  # retry redirects, permissions: plugins/redirects_api.py
     return app

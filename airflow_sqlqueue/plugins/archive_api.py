@@ -39,7 +39,8 @@ from airflow_sqlqueue.dashboard import sources
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from . import models
-from .auth import EditorDep, ReaderDep, can_edit
+from .auth import ArchiverDep, ReaderDep
+from .permissions import Action, may
 from .texts import MAX_SEQ, Field_, Text
 
 MAX_PAGE = 500
@@ -91,7 +92,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any],
             config = sources.dashboard_config()
             return {"configured": config.archive is not None,
                     "older_than_days": config.archive.older_than_days if config.archive else None,
-                    "connections": [{"conn_id": c.conn_id, "can_edit": can_edit(user, c.conn_id)}
+                    "connections": [{"conn_id": c.conn_id, "can_edit": may(user, Action.ARCHIVE, c.conn_id)}
                                     for c in config.connections]}
 
         return guard("", work)
@@ -108,7 +109,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any],
             found = [a for a in list_archives(location, error_queue) if _ours(a, conn_id, error_queue)]
             for item in found:
                 item.pop("location", None)
-            return {"conn_id": conn_id, "error_queue": error_queue, "can_edit": can_edit(user, conn_id),
+            return {"conn_id": conn_id, "error_queue": error_queue, "can_edit": may(user, Action.ARCHIVE, conn_id),
                     "archives": found}
 
         return guard(conn_id, work)
@@ -133,13 +134,13 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any],
             page = archive_page(location, archive_id, after_seq=after, limit=limit + 1,
                                 where=FailedFilter(failed_q, exception_type, message_type, search,
                                                     frozenset(missing or ())))
-            return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id), "archive": summary,
+            return {"conn_id": conn_id, "can_edit": may(user, Action.ARCHIVE, conn_id), "archive": summary,
                     "messages": page[:limit], "next_after": page[limit - 1]["seq"] if len(page) > limit else None}
 
         return guard(conn_id, work)
 
     @router.post("/api/connections/{conn_id}/archives", response_model=models.Archived, responses=problems)
-    def archive_now(conn_id: str, request: ArchiveNow, user: EditorDep) -> dict[str, Any]:
+    def archive_now(conn_id: str, request: ArchiveNow, user: ArchiverDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
             cutoff = None if request.older_than_days is None else \
@@ -162,7 +163,7 @@ def archive_router(guard: Callable[[str, Callable[[], Any]], Any],
 
     @router.post("/api/connections/{conn_id}/archives/{archive_id}/restore", response_model=models.Restored,
                  responses=problems)
-    def restore(conn_id: str, archive_id: str, request: Restore, user: EditorDep) -> dict[str, Any]:
+    def restore(conn_id: str, archive_id: str, request: Restore, user: ArchiverDep) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn, location = _setup(conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:

@@ -43,6 +43,7 @@ from .previews import (
     clean_text,
     preview,
 )
+from .redirects import RetryRedirects
 
 log = logging.getLogger(__name__)
 #: Rows per transaction when the whole error queue is walked.
@@ -113,7 +114,8 @@ class ErrorQueue:
     :param book: the transport's queues.
     :param queue: the error queue (default: the transport's).
     :param allowed: the queues a retry may write to (see ``ReturnPolicy``); none: reading and deleting only.
-    :param redirects: ``{failed queue: allowed queue}``: where the messages of a queue go back to instead.
+    :param redirects: ``{failed queue: allowed queue}``: where the messages of a queue go back to instead (one
+        run's; they come before the redirects stored in the database, ``retry_redirects``, read by every retry).
     """
 
     def __init__(self, session: Session, book: QueueBook, queue: str | QueueAddress | None = None, *,
@@ -122,7 +124,8 @@ class ErrorQueue:
         self.book = book
         self.dialect = book.dialect
         self.table: TableQueue = book.error if queue is None else book.queue(queue)
-        self.policy = ReturnPolicy(book, self.table, allowed, redirects)
+        self.retry_redirects = RetryRedirects(session, book, self.table)
+        self.policy = ReturnPolicy(book, self.table, allowed, redirects, stored=self.retry_redirects)
 
     @property
     def name(self) -> str:

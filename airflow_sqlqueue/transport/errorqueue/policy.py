@@ -19,6 +19,7 @@ from ..wire import headers as h
 from ..wire.address import QueueAddress
 from ..wire.headers import PoisonHeadersError, parse_headers
 from .previews import clean_text
+from .redirects import RetryRedirects
 
 NO_TARGETS = ("no queue may receive retried messages: name the queues a retry may write to (allowed=[...] in "
               "Python and the operators, --allow QUEUE on the command line, the queues of the connection in the "
@@ -32,13 +33,19 @@ class ReturnPolicy:
     :param error_queue: the error queue retried from (never a target).
     :param allowed: the queues a retry may write to.
     :param redirects: ``{failed queue: queue to send its messages to instead}``; every destination must be allowed.
+        These (one run's) come before the stored ones.
+    :param stored: the redirects kept in the database (read in each retry's transaction); a stored redirect to a
+        queue that is not allowed leaves the message where it is, with the reason.
     :raises ValueError: an allowed queue or a redirect that breaks the rule (named, nothing done).
     """
 
     def __init__(self, book: QueueBook, error_queue: TableQueue, allowed: Iterable[str | QueueAddress],
-                 redirects: Mapping[str, str] | None = None) -> None:
+                 redirects: Mapping[str, str] | None = None, stored: RetryRedirects | None = None) -> None:
         self.book = book
         self.error_queue = error_queue
+        self.stored = stored
+        self._stored_cursor: Any = None
+        self._stored_list: list[Any] = []
         same = book.dialect.same_queue
         self.allowed: list[TableQueue] = []
         for queue in allowed:
@@ -91,6 +98,14 @@ class ReturnPolicy:
         except (InvalidAddressError, ValueError) as exc:
             return None, f"{h.FAILED_Q} {shown!r} is not a queue address ({clean_text(str(exc))[0]})"
         table = self.redirected(address)
+        if table is None and self.stored is not None:
+            stored = self.stored.find(self._stored_redirects(cursor), address)
+            if stored is not None:
+                table = self.allowed_queue(self.book.address(stored.target))
+                if table is None:
+                    return None, (f"queue {shown!r} is redirected to {stored.target} (a retry redirect), which is "
+                                  "not one of the queues a retry may write to (allowed: "
+                                  + (", ".join(self.names) or "none") + ")")
         if table is None:
             if self.book.dialect.same_queue(address, self.error_queue.address):
                 return None, f"{h.FAILED_Q} {shown!r} is the error queue itself"
@@ -101,6 +116,14 @@ class ReturnPolicy:
         if not self.book.exists(cursor, table):
             return None, f"queue {table.name} does not exist"
         return table, ""
+
+
+    def _stored_redirects(self, cursor: Any) -> list[Any]:
+        """The stored redirects, read once per transaction (cursor)."""
+        if cursor is not self._stored_cursor:
+            self._stored_list = self.stored.load(cursor) if self.stored is not None else []
+            self._stored_cursor = cursor
+        return self._stored_list
 
 
 def _table(book: QueueBook, queue: str | QueueAddress, what: str) -> TableQueue:

@@ -50,7 +50,8 @@ FILTER_FIELDS = ("failed_q", "exception_type", "message_type")
 
 @dataclass(frozen=True)
 class FailedFilter:
-    """What a page or a group is limited to; None matches every row. ``search`` is a substring of the headers;
+    """What a page or a group is limited to; None matches every row. ``search`` is text the headers contain (as
+    displayed or as stored), part of the native Id (any case), or bytes of the body;
     ``missing`` names fields a row must not have (absent or empty: the "(none)" group of that field)."""
 
     failed_q: str | None = None
@@ -82,10 +83,19 @@ class FailedFilter:
                  "search_ascii": json.dumps(self.search)[1:-1]}
         return {k: (v if not _SURROGATE.search(v) else self.search) for k, v in forms.items()}
 
+    def body_forms(self) -> dict[str, bytes | None]:
+        """``search`` as a body may hold it: its UTF-8 bytes, and as JSON written by NServiceBus (``/`` as ``\\/``);
+        the database looks for these bytes in the body, whatever else the body holds (binary, invalid UTF-8)."""
+        if not self.search:
+            return {"search_body": None, "search_body_wire": None}
+        forms = self.search_forms()
+        return {"search_body": forms["search"].encode("utf-8", "replace"),
+                "search_body_wire": (forms["search_wire"] or forms["search"]).encode("utf-8", "replace")}
+
     def params(self) -> dict[str, Any]:
         also = [t for t in self.failed_q_also if t and t != self.failed_q][:MAX_SPELLINGS - 1] if self.failed_q else []
         return {"failed_q": self.failed_q or None, "exception_type": self.exception_type or None,
-                "message_type": self.message_type or None, **self.search_forms(),
+                "message_type": self.message_type or None, **self.search_forms(), **self.body_forms(),
                 **{f"failed_q_{n}": (also[n - 2] if n - 2 < len(also) else None) for n in range(2, MAX_SPELLINGS + 1)},
                 **{f"{name}_missing": int(name in self.missing) for name in FILTER_FIELDS}}
 

@@ -475,13 +475,13 @@ SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 -- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain;
 -- <field>_missing = 1 matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
--- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII); in the Id (as text, the collation's case); and in the body's bytes (%(search_body)s and %(search_body_wire)s: the search's UTF-8 bytes, plain and as NServiceBus writes JSON).
 -- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT TOP (%(batch_size)s) f.Id, f.RowVersion, f.failed_q, f.exception_type, f.message_type, f.time_of_failure,
        LEFT(f.exception_message, 2000), LEFT(f.stack_trace, 8000), f.headers_preview, f.headers_length,
        f.body_preview, f.body_length
 FROM (
-    SELECT Id, RowVersion, Headers,
+    SELECT Id, RowVersion, Headers, Body,
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
                AS exception_type,
@@ -503,7 +503,10 @@ WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(fa
   AND (%(exception_type)s IS NULL OR f.exception_type = %(exception_type)s)
   AND (%(message_type)s IS NULL OR f.message_type = %(message_type)s)
   AND (%(search)s IS NULL OR CHARINDEX(%(search)s, f.Headers) > 0 OR CHARINDEX(%(search_wire)s, f.Headers) > 0
-       OR CHARINDEX(%(search_json)s, f.Headers) > 0 OR CHARINDEX(%(search_ascii)s, f.Headers) > 0)
+       OR CHARINDEX(%(search_json)s, f.Headers) > 0 OR CHARINDEX(%(search_ascii)s, f.Headers) > 0
+       OR CHARINDEX(%(search)s, CONVERT(nvarchar(36), f.Id)) > 0
+       OR CHARINDEX(CAST(%(search_body)s AS varbinary(max)), f.Body) > 0
+       OR CHARINDEX(CAST(%(search_body_wire)s AS varbinary(max)), f.Body) > 0)
   AND (%(failed_q_missing)s = 0 OR f.failed_q IS NULL OR f.failed_q = '')
   AND (%(exception_type_missing)s = 0 OR f.exception_type IS NULL OR f.exception_type = '')
   AND (%(message_type_missing)s = 0 OR f.message_type IS NULL OR f.message_type = '')
@@ -568,3 +571,26 @@ VALUES (CAST(%(id)s AS uniqueidentifier), %(correlation_id)s, %(reply_to_address
 -- 1 when the table holds a row with this Id (a scan: the table has no index on Id; used only for a batch a crash
 -- left unsure).
 SELECT COUNT(*) FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in SourceQueue go back to TargetQueue when retried, by every retry path. Names are canonical queue names; one redirect per source. Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {table} (
+    SourceQueue nvarchar(450) NOT NULL PRIMARY KEY,
+    TargetQueue nvarchar(450) NOT NULL,
+    CreatedBy nvarchar(200) NULL,
+    CreatedAt datetime2 NOT NULL DEFAULT SYSUTCDATETIME()
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT SourceQueue, TargetQueue, CreatedBy, CONVERT(nvarchar(40), CreatedAt, 127) + 'Z' FROM {table} ORDER BY SourceQueue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one (the key-range lock makes a concurrent insert of the same source wait).
+INSERT INTO {table} (SourceQueue, TargetQueue, CreatedBy)
+SELECT %(source_queue)s, %(target_queue)s, %(created_by)s
+WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) WHERE SourceQueue = %(source_queue)s)
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE SourceQueue = %(source_queue)s

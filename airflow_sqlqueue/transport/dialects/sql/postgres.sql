@@ -444,14 +444,16 @@ SELECT count(*) FROM {queue}
 -- make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain
 -- (exact case); <field>_missing = 1 matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
--- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII); in the native Id (any case);
+-- and in the body's bytes (bytea: %(search_body)s and %(search_body_wire)s are the search's UTF-8 bytes, plain and
+-- as NServiceBus writes JSON; no conversion, so a binary or invalid UTF-8 body cannot make the statement fail).
 -- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.Message"\s*:\s*"((?:[^"\\]|\\.)*)"'), 2000),
        left(substring(left(headers, 1048576) from '"NServiceBus\.ExceptionInfo\.StackTrace"\s*:\s*"((?:[^"\\]|\\.)*)"'), 8000),
        headers_preview, headers_length, body_preview, body_length
 FROM (
-    SELECT id, seq, headers,
+    SELECT id, seq, headers, body,
            COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
                     NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
            COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
@@ -471,7 +473,8 @@ WHERE (%(failed_q)s::text IS NULL OR f.failed_q IN (%(failed_q)s::text, %(failed
   AND (%(message_type)s::text IS NULL OR f.message_type = %(message_type)s::text)
   AND (%(search)s::text IS NULL OR strpos(f.headers, %(search)s::text) > 0
        OR strpos(f.headers, %(search_wire)s::text) > 0 OR strpos(f.headers, %(search_json)s::text) > 0
-       OR strpos(f.headers, %(search_ascii)s::text) > 0)
+       OR strpos(f.headers, %(search_ascii)s::text) > 0 OR strpos(f.id::text, lower(%(search)s::text)) > 0
+       OR position(%(search_body)s::bytea in f.body) > 0 OR position(%(search_body_wire)s::bytea in f.body) > 0)
   AND (%(failed_q_missing)s = 0 OR COALESCE(length(f.failed_q), 0) = 0)
   AND (%(exception_type_missing)s = 0 OR COALESCE(length(f.exception_type), 0) = 0)
   AND (%(message_type_missing)s = 0 OR COALESCE(length(f.message_type), 0) = 0)
@@ -536,3 +539,28 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the primary key).
 SELECT count(*) FROM {queue} WHERE id = %(id)s::uuid
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in source_queue go
+-- back to target_queue when retried, by every retry path. Names are canonical queue names; one redirect per source.
+CREATE TABLE IF NOT EXISTS {table} (
+    source_queue varchar(450) NOT NULL PRIMARY KEY,
+    target_queue varchar(450) NOT NULL,
+    created_by varchar(200) NULL,
+    created_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'utc')
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT source_queue, target_queue, created_by, to_char(created_at, 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+FROM {table} ORDER BY source_queue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one.
+INSERT INTO {table} (source_queue, target_queue, created_by)
+VALUES (%(source_queue)s, %(target_queue)s, %(created_by)s)
+ON CONFLICT DO NOTHING
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE source_queue = %(source_queue)s

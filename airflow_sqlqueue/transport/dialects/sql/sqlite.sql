@@ -256,7 +256,9 @@ SELECT count(*) FROM {queue}
 -- Filters: NULL matches any row; %(search)s is text the headers contain (exact case); <field>_missing = 1
 -- matches only rows without that field (absent or empty).
 -- The search is also looked for as header JSON stores it: %(search_wire)s (as NServiceBus writes it, '/' as '\/'),
--- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII).
+-- %(search_json)s and %(search_ascii)s (JSON escapes, raw and ASCII-only non-ASCII); in the Id (any case); and in
+-- the body's bytes (%(search_body)s and %(search_body_wire)s: the search's UTF-8 bytes, plain and as NServiceBus
+-- writes JSON).
 -- FailedQ: any of %(failed_q)s and failed_q_2 to failed_q_8 (spellings of one queue; NULL where unused).
 SELECT CAST(CAST(id AS TEXT) AS BLOB), seq, failed_q, exception_type, message_type, time_of_failure,
        substr(exception_message, 1, 2000), substr(stack_trace, 1, 8000), headers_preview, headers_length,
@@ -278,7 +280,7 @@ FROM (
            length(CAST(headers AS BLOB)) AS headers_length,
            substr(CAST(body AS BLOB), 1, %(body_bytes)s) AS body_preview,
            length(CAST(body AS BLOB)) AS body_length,
-           headers
+           headers, body
     FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
           FROM {queue} WHERE seq > %(after_seq)s)
 ) AS f
@@ -290,7 +292,10 @@ WHERE (%(failed_q)s IS NULL OR f.failed_q IN (CAST(%(failed_q)s AS BLOB), CAST(%
   AND (%(search)s IS NULL OR instr(CAST(f.headers AS BLOB), CAST(%(search)s AS BLOB)) > 0
        OR instr(CAST(f.headers AS BLOB), CAST(%(search_wire)s AS BLOB)) > 0
        OR instr(CAST(f.headers AS BLOB), CAST(%(search_json)s AS BLOB)) > 0
-       OR instr(CAST(f.headers AS BLOB), CAST(%(search_ascii)s AS BLOB)) > 0)
+       OR instr(CAST(f.headers AS BLOB), CAST(%(search_ascii)s AS BLOB)) > 0
+       OR instr(lower(CAST(f.id AS TEXT)), lower(%(search)s)) > 0
+       OR instr(CAST(f.body AS BLOB), CAST(%(search_body)s AS BLOB)) > 0
+       OR instr(CAST(f.body AS BLOB), CAST(%(search_body_wire)s AS BLOB)) > 0)
   AND (%(failed_q_missing)s = 0 OR COALESCE(length(f.failed_q), 0) = 0)
   AND (%(exception_type_missing)s = 0 OR COALESCE(length(f.exception_type), 0) = 0)
   AND (%(message_type_missing)s = 0 OR COALESCE(length(f.message_type), 0) = 0)
@@ -350,3 +355,28 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the unique index on id).
 SELECT count(*) FROM {queue} WHERE id = %(id)s
+
+-- create_redirect_table --
+-- Retry redirects (an airflow-sqlqueue extra, beside the error queue): the messages that failed in SourceQueue go
+-- back to TargetQueue when retried, by every retry path. Names are canonical queue names; one redirect per source.
+-- Times are UTC text.
+CREATE TABLE IF NOT EXISTS {table} (
+    SourceQueue varchar(450) NOT NULL PRIMARY KEY,
+    TargetQueue varchar(450) NOT NULL,
+    CreatedBy varchar(200) NULL,
+    CreatedAt text NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'))
+)
+
+-- list_redirects --
+-- Every retry redirect, by source queue.
+SELECT SourceQueue, TargetQueue, CreatedBy, CreatedAt FROM {table} ORDER BY SourceQueue
+
+-- insert_redirect --
+-- Add one retry redirect; inserts nothing (rowcount 0) when that source already has one.
+INSERT INTO {table} (SourceQueue, TargetQueue, CreatedBy)
+VALUES (%(source_queue)s, %(target_queue)s, %(created_by)s)
+ON CONFLICT DO NOTHING
+
+-- delete_redirect --
+-- Remove the retry redirect of one source queue.
+DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
