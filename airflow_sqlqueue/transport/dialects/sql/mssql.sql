@@ -568,3 +568,7 @@ VALUES (CAST(%(id)s AS uniqueidentifier), %(correlation_id)s, %(reply_to_address
 -- 1 when the table holds a row with this Id (a scan: the table has no index on Id; used only for a batch a crash
 -- left unsure).
 SELECT COUNT(*) FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- position_of_id --
+-- The position of the row with this Id, if any (a scan: the table has no index on Id; one message page, not a loop).
+SELECT TOP (1) RowVersion FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)

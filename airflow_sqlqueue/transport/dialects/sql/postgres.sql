@@ -498,3 +498,7 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the primary key).
 SELECT count(*) FROM {queue} WHERE id = %(id)s::uuid
+
+-- position_of_id --
+-- The position of the row with this Id, if any (the primary key; the failed-message page finds a message by Id).
+SELECT seq FROM {queue} WHERE id = %(id)s::uuid

@@ -350,3 +350,7 @@ ON CONFLICT DO NOTHING
 -- id_present --
 -- 1 when the table holds a row with this Id (the unique index on id).
 SELECT count(*) FROM {queue} WHERE id = %(id)s
+
+-- position_of_id --
+-- The position of the row with this Id, if any (the unique index on id; the failed-message page finds a message by Id).
+SELECT seq FROM {queue} WHERE id = %(id)s
