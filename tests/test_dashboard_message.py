@@ -156,6 +156,7 @@ def test_body_layout_by_content_type() -> None:
     assert layout("a <b>", False, False, "text/plain") == ("text", "a <b>")
     assert layout("00 ff", True, False, "application/json") == ("binary", "00 ff")
     assert layout('{"cut', False, True, "application/json") == ("text", '{"cut')
-    assert indent_xml('<?xml version="1.0"?><a><b>t</b><c/></a>') == '<?xml version="1.0"?>\n<a>\n  <b>t</b>\n  <c/>\n</a>'
+    assert indent_xml('<?xml version="1.0"?><a><b>t</b><c/></a>') == (
+        '<?xml version="1.0"?>\n<a>\n  <b>t</b>\n  <c/>\n</a>')
     # entities are never expanded: the text stays as it was sent
     assert "&lol9;" in indent_xml('<!DOCTYPE l [<!ENTITY lol "lol">]><l>&lol9;</l>')
