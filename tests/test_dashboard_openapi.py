@@ -23,7 +23,10 @@ ROUTES = {
     ("post", "/api/connections/{conn_id}/batch-retries"), ("post", "/api/connections/{conn_id}/batch-retries/cancel"),
     ("get", "/api/archive/connections"), ("get", "/api/connections/{conn_id}/archives"),
     ("get", "/api/connections/{conn_id}/archives/{archive_id}"), ("post", "/api/connections/{conn_id}/archives"),
-    ("post", "/api/connections/{conn_id}/archives/{archive_id}/restore")}
+    ("post", "/api/connections/{conn_id}/archives/{archive_id}/restore"),
+    ("get", "/api/connections/{conn_id}/failed/message"), ("get", "/api/connections/{conn_id}/failed/retried"),
+    ("get", "/api/connections/{conn_id}/failed/group-cards"), ("post", "/api/connections/{conn_id}/failed/group/retry"),
+    ("post", "/api/connections/{conn_id}/failed/group/delete")}
 ROUTES |= {("get", "/api/connections/{conn_id}/permissions"), ("get", "/api/connections/{conn_id}/redirects"),
            ("post", "/api/connections/{conn_id}/redirects"), ("post", "/api/connections/{conn_id}/redirects/remove")}
 

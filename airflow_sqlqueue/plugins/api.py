@@ -54,12 +54,15 @@ from airflow_sqlqueue.transport.wire.headers import FAILURE_HEADERS
 from . import models
 from .archive_api import archive_router
 from .auth import BatchRetrierDep, DeleterDep, EditorDep, EditRetrierDep, ReaderDep, can_change_dag, can_edit
+from .groups_api import groups_router
+from .message_api import message_router
 from .redirects_api import redirects_router
 from .texts import MAX_SEQ, Field_, Text
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
-          "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript"}
+          "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript", "message.js": "text/javascript",
+          "groups.js": "text/javascript", "common.js": "text/javascript", "workbench.css": "text/css"}
 MAX_SELECTED = 1000
 #: The errors every API route may answer, each a ``Problem`` (documented in the OpenAPI document).
 PROBLEMS: dict[int | str, dict[str, Any]] = {code: {"model": models.Problem, "description": what} for code, what in (
@@ -434,4 +437,6 @@ def create_app() -> FastAPI:
 
     app.include_router(archive_router(_guard, PROBLEMS))  # the error archive: plugins/archive_api.py
     app.include_router(redirects_router(_guard, PROBLEMS))  # retry redirects, permissions: plugins/redirects_api.py
+    app.include_router(message_router(_guard, _static, _edit_retry_on, PROBLEMS))  # plugins/message_api.py
+    app.include_router(groups_router(_guard, PROBLEMS))  # group cards and actions: plugins/groups_api.py
     return app

@@ -243,3 +243,109 @@ class Restored(Open):
     """What a restore did (rows put back, those already there)."""
 
     conn_id: str
+
+
+# -- one failed message (its own page) and retry history ------------------------------------------------------
+class HistoryEntry(Answer):
+    """One retry of a message: when, by whom, how, through which run, and whether it failed again."""
+
+    at: str | None
+    by: str
+    how: str
+    event: str
+    run_id: str | None
+    copy_id: str | None
+    failed_again: bool | None
+    failed_again_at: str | None
+
+
+class ConversationMessage(Answer):
+    seq: int
+    id: str
+    failed_q: str | None
+    exception_type: str | None
+    message_type: str | None
+    time_of_failure: str | None
+
+
+class MessageDetail(Answer):
+    conn_id: str
+    error_queue: str
+    can_edit: bool
+    edit_retry: bool
+    failure_headers: list[str]
+    id: str
+    seq: int
+    failed_q: str | None
+    exception_type: str | None
+    message_type: str | None
+    time_of_failure: str | None
+    exception_message: str | None
+    stack_trace: str | None
+    headers: dict[str, str | None] | None
+    headers_preview: str
+    headers_length: int
+    headers_truncated: bool
+    body_binary: bool
+    body_length: int
+    body_truncated: bool
+    body_shown_bytes: int
+    body_kind: str
+    body_text: str
+    content_type: str | None
+    time_sent: str | None
+    conversation_id: str | None
+    message_id: str | None
+    processing_endpoint: str | None
+    processing_machine: str | None
+    bad: list[str]
+    conversation: list[ConversationMessage]
+    conversation_more: bool
+    history: list[HistoryEntry]
+
+
+class RetrySummary(Answer):
+    retries: int
+    last_retried: str | None
+    last_retried_by: str | None
+
+
+class RetriedIds(Answer):
+    conn_id: str
+    retried: dict[str, RetrySummary]
+
+
+# -- group cards and whole-group actions -----------------------------------------------------------------------
+class GroupCard(Group):
+    last_retried: str | None
+    last_retried_by: str | None
+    last_run_id: str | None
+    failed_again: int
+
+
+class GroupCards(Answer):
+    conn_id: str
+    can_edit: bool
+    max_return: int
+    error_queue: str
+    by: str
+    total: int
+    grouped: int
+    groups: list[GroupCard]
+    retried_looked_at: int
+    retry_window_days: int
+
+
+class GroupReturned(Answer):
+    conn_id: str
+    error_queue: str
+    returned: dict[str, int]
+    total_returned: int
+    left: list[dict[str, str]]
+
+
+class GroupDeleted(Answer):
+    conn_id: str
+    error_queue: str
+    deleted: int
+    not_found: int

@@ -396,6 +396,12 @@ async function loadGroups() {
     state.canEdit = data.can_edit;
     state.total = data.total;
     const active = filterKey(state.filter);
+    if (window.SQGroups) {  // group cards with history and whole-group actions: groups.js
+      window.SQGroups.render(target, data, { state, label: groupLabel, active: (g) => active === filterKey(g.filter),
+        select: (g) => { state.filter = g.filter; restart(); },
+        after: () => Promise.all([loadGroups().then(loadPage), loadOverview(), loadRuns()]) });
+      return data;
+    }
     // a group's filter comes from the server: the "(none)" group filters to messages without that field
     target.replaceChildren(...data.groups.map((g) => el("button", { type: "button", class: "group", role: "listitem",
       "aria-pressed": String(active === filterKey(g.filter)),
@@ -436,6 +442,7 @@ async function loadPage() {
     document.getElementById("first-page").disabled = state.page === 0;
     document.getElementById("next-page").disabled = state.next === null;
     if (!data.messages.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "7" }, "no failed messages here")));
+    if (window.SQGroups) window.SQGroups.decorateRows(state.conn, data.messages);  // links and retry history
   } catch (e) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: "7", class: "error" }, e.message)));
   }
@@ -713,4 +720,7 @@ document.getElementById("first-page").addEventListener("click", () => { state.pa
 document.addEventListener("keydown", (e) => {
   if (e.key === "Escape" && !document.getElementById("panel").hidden && !document.getElementById("editor").open) closePanel();
 });
-loadOverview();
+loadOverview().then(() => {  // ./?conn=<id> (the message page's way back) opens that connection's error browser
+  const conn = new URLSearchParams(location.search).get("conn");
+  if (conn) showErrors(conn);
+});

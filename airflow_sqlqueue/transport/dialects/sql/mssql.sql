@@ -594,3 +594,7 @@ WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) WHERE SourceQue
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
+
+-- position_of_id --
+-- The position of the row with this Id, if any (a scan: the table has no index on Id; one message page, not a loop).
+SELECT TOP (1) RowVersion FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)

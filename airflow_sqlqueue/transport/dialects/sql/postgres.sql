@@ -564,3 +564,7 @@ ON CONFLICT DO NOTHING
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE source_queue = %(source_queue)s
+
+-- position_of_id --
+-- The position of the row with this Id, if any (the primary key; the failed-message page finds a message by Id).
+SELECT seq FROM {queue} WHERE id = %(id)s::uuid

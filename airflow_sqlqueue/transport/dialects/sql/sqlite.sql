@@ -380,3 +380,7 @@ ON CONFLICT DO NOTHING
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
+
+-- position_of_id --
+-- The position of the row with this Id, if any (the unique index on id; the failed-message page finds a message by Id).
+SELECT seq FROM {queue} WHERE id = %(id)s

@@ -1,0 +1,149 @@
+"""Group cards and whole-group actions of the error queue: count, first and last failure, last retried, failed
+again; return or delete every message of one group.
+
+A group action names its group by filter and the number of messages the user confirmed: when the group holds a
+different number now (messages failed or were handled meanwhile), nothing is changed and the answer says how many
+it holds (409), so a click never acts on more than the confirmation named. Returning a group at once is for groups
+of up to :data:`MAX_RETURN` messages (larger ones: the batched retry); a delete walks the group page by page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from airflow_sqlqueue.transport import SqlQueueTransport
+from airflow_sqlqueue.transport.errorqueue.previews import FILTER_FIELDS, FailedFilter, Position
+
+from . import retry_history
+from .failed import GROUP_BY, failed_groups
+from .message import find_position
+from .queues import canonical
+
+#: The largest group returned in one request (a batched retry handles more, as a DAG run).
+MAX_RETURN = 1_000
+#: The largest group deleted in one request.
+MAX_DELETE = 100_000
+PAGE = 500
+
+
+class CountChangedError(ValueError):
+    """The group does not hold the number of messages the user confirmed."""
+
+
+def group_count(transport: SqlQueueTransport, error_queue: str, where: FailedFilter) -> int:
+    """How many messages the group ``where`` holds now (from the grouped counts: one statement)."""
+    groups = failed_groups(transport, error_queue, by="all")["groups"]
+    return sum(g["count"] for g in groups if where.matches(g))
+
+
+def check_count(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, expected: int) -> int:
+    count = group_count(transport, error_queue, where)
+    if count != expected:
+        raise CountChangedError(f"the group holds {count} messages now, not the {expected} you confirmed: nothing "
+                                "was changed; look at the group again and confirm its new count")
+    return count
+
+
+def positions(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, limit: int) -> Iterator[
+        list[Position]]:
+    """The group's positions, page by page (previews of one byte: only positions are used)."""
+    after, seen = 0, 0
+    errors = transport.errors(error_queue)
+    while seen < limit:
+        page = errors.page(after_seq=after, limit=min(PAGE, limit - seen), where=where, headers_chars=1, body_bytes=1)
+        if not page:
+            return
+        yield [Position(p.seq, p.id) for p in page]
+        seen += len(page)
+        after = page[-1].seq
+
+
+def delete_group(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, expected: int) -> dict[str, Any]:
+    """Delete every message of the group (the confirmed count first checked); ``{"deleted", "not_found"}``."""
+    check_count(transport, error_queue, where, expected)
+    deleted = gone = 0
+    errors = transport.errors(error_queue)
+    for page in positions(transport, error_queue, where, expected):
+        missing = errors.delete_found(page)
+        deleted += len(page) - len(missing)
+        gone += len(missing)
+    return {"deleted": deleted, "not_found": gone}
+
+
+def return_group(transport: SqlQueueTransport, error_queue: str, targets: Iterable[str], where: FailedFilter,
+                 expected: int) -> dict[str, Any]:
+    """Return every message of the group to its queue, page by page (what cannot go back stays, with its reason);
+    ``{"returned": {queue: n}, "total_returned", "left": [{"id", "seq", "reason"}], "returned_ids"}``."""
+    if expected > MAX_RETURN:
+        raise ValueError(f"a group of more than {MAX_RETURN} messages is returned by a batched retry (a DAG run "
+                         "with batches, a rate and cancel): use 'Batched retry' on the group")
+    check_count(transport, error_queue, where, expected)
+    errors = transport.errors(error_queue, allowed=list(targets))
+    returned: dict[str, int] = {}
+    left: list[dict[str, str]] = []
+    ids: list[str] = []
+    for page in positions(transport, error_queue, where, expected):
+        done, stayed = errors.retry_batch(page)
+        for queue, n in done.items():
+            returned[canonical(transport, queue)] = returned.get(canonical(transport, queue), 0) + n
+        left += stayed
+        stayed_ids = {x["id"] for x in stayed}
+        ids += [p.id for p in page if p.id not in stayed_ids]
+    return {"returned": returned, "total_returned": sum(returned.values()), "left": left, "returned_ids": ids}
+
+
+def _covers(chosen: dict[str, Any], group: dict[str, Any], keys: tuple[str, ...], transport: SqlQueueTransport
+            ) -> bool:
+    """Whether a retry of the filter ``chosen`` took the whole of ``group`` (a card grouped by ``keys``)."""
+    for name in FILTER_FIELDS:
+        value = chosen.get(name) or None
+        if value is None:
+            continue
+        if name not in keys:
+            return False  # a part of the card's group only
+        if name == "failed_q":
+            value = canonical(transport, str(value))
+        if group.get(name) != value:
+            return False
+    return all(name in keys and group.get(name) is None for name in chosen.get("missing") or [])
+
+
+def group_cards(transport: SqlQueueTransport, error_queue: str, conn_id: str, by: str) -> dict[str, Any]:
+    """The groups of :func:`failed_groups` with, for each, when it was last retried (by whom, through which run)
+    and how many of its messages failed again after a retry (of the retries of the last
+    :data:`retry_history.CARD_DAYS` days)."""
+    data = failed_groups(transport, error_queue, by=by)
+    keys = GROUP_BY[by]
+    recent = retry_history.recent_retries(conn_id)
+    for group in data["groups"]:
+        group.update({"last_retried": None, "last_retried_by": None, "last_run_id": None, "failed_again": 0})
+        for entry in recent["groups"]:  # newest first
+            if _covers(entry["filter"], group, keys, transport):
+                group.update({"last_retried": entry["at"], "last_retried_by": entry["by"],
+                              "last_run_id": entry["run_id"]})
+                break
+    errors = transport.errors(error_queue)
+    by_key = {tuple(g[k] for k in keys): g for g in data["groups"]}
+    for entry in recent["ids"]:
+        seq = find_position(transport, error_queue, entry["id"])
+        if seq is None:
+            continue
+        found = errors.page(after_seq=seq - 1, limit=1, headers_chars=1, body_bytes=1)
+        if not found or found[0].seq != seq:
+            continue
+        message = found[0]
+        failed_at = retry_history._time(message.time_of_failure)
+        if failed_at is None or failed_at <= datetime.fromisoformat(entry["at"]):
+            continue
+        fields = {"failed_q": canonical(transport, message.failed_q) if message.failed_q else None,
+                  "exception_type": message.exception_type or None, "message_type": message.message_type or None}
+        group = by_key.get(tuple(fields[k] for k in keys))
+        if group is not None:
+            group["failed_again"] += 1
+            if group["last_retried"] is None or entry["at"] > group["last_retried"]:
+                group.update({"last_retried": entry["at"], "last_retried_by": entry["by"], "last_run_id": None})
+    data["retried_looked_at"] = len(recent["ids"])
+    data["retry_window_days"] = retry_history.CARD_DAYS
+    return data
