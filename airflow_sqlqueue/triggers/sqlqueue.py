@@ -162,8 +162,15 @@ def next_event_gap(last_count: int, event_interval: float, min_event_interval: f
     """Seconds the next event keeps after the previous one (of ``last_count`` messages): ``event_interval`` under
     load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
 
-    The first message after a quiet period of that length goes out at once; messages that arrive while an event is
-    in flight (emitted, not yet stored) or within the gap join the next event.
+    The first message after a quiet period of ``event_interval`` goes out at once; messages that arrive while an
+    event is in flight (emitted, not yet stored) or within the gap join the next event.
+
+    An event sent sooner than ``event_interval`` after the previous one never carries the newest message claimed: it
+    stays for a later event (a lone message waits for the full ``event_interval``). So an event sent on a short gap
+    always has a later one behind it, and the last event of a trickle keeps ``event_interval``. On Airflow 3.3 an
+    event stored before the scheduler created the run of the previous event is left out of it and waits for the next
+    event (the scheduler queues a DAG by one row per asset, insert-or-nothing); the later event picks it up, and the
+    last one, ``event_interval`` after its predecessor, is not left out.
     """
     if last_count > LIGHT_EVENT_MESSAGES:
         return event_interval
@@ -472,7 +479,15 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                         await wakeups.wait_async(found=False)
                     continue
                 wakeups.next_pause(found=True)  # messages: the idle back-off starts over
-                items = fit_event(claim.messages, self.max_event_bytes, self.max_body_bytes)
+                short_gap = loop.time() - self._last_event < self.event_interval
+                if short_gap and len(claim.messages) == 1:
+                    # it could end a trickle: it waits for the full event_interval (see hold_newest)
+                    await asyncio.to_thread(claim.commit)
+                    self._claim = None
+                    self._gap = self.event_interval
+                    continue
+                limit = len(claim.messages) - 1 if short_gap else len(claim.messages)
+                items = fit_event(claim.messages[:limit], self.max_event_bytes, self.max_body_bytes)
                 if len(items) < len(claim.messages):
                     await asyncio.to_thread(claim.keep, len(items))
                 else:
@@ -481,7 +496,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
                          len(items), payload["first_seq"], payload["last_seq"],
                          sum(len(m.body or b"") for m in claim.emitted),
-                         f"; {len(claim.messages) - len(items)} left for the next event (max_event_bytes)"
+                         f"; {len(claim.messages) - len(items)} left for the next event"
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
                 self._last_event = loop.time()
