@@ -337,6 +337,8 @@ class ClaimedBatch:
         self.messages: list[ReceivedMessage] = []
         #: The messages in the event (the others were released for the next event).
         self.emitted: list[ReceivedMessage] = []
+        #: Airflow stored the event (its messages were deleted); False while in flight, failed or rejected.
+        self.stored = False
 
     @property
     def number(self) -> int:
@@ -378,6 +380,7 @@ class ClaimedBatch:
         claim = self.claim
         if claim is None or claim.closed:
             return
+        self.stored = bool(outcome.is_clean and not outcome.rejected)
         for message in self.emitted:
             if outcome.rejected:
                 claim.reject(message, RejectedBySubscriberError("an Airflow trigger rejected the event"))
@@ -499,6 +502,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                          f"; {len(claim.messages) - len(items)} left for the next event"
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
+                spacing = self._last_event, self._gap
                 self._last_event = loop.time()
                 self._gap = next_event_gap(len(items), self.event_interval, self.min_event_interval)
                 metrics.incr("trigger_events", self.conn_id, name)
@@ -506,6 +510,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 yield payload, claim.number
                 await self._settled.wait()
                 self._claim = None
+                if not claim.stored:  # no asset event came of it: the spacing keeps to the last stored event
+                    self._last_event, self._gap = spacing
                 if claim.released and not self._closing:  # a failed event is emitted again, not in a tight loop
                     await asyncio.sleep(self.poll_interval)
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
