@@ -484,7 +484,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 wakeups.next_pause(found=True)  # messages: the idle back-off starts over
                 short_gap = loop.time() - self._last_event < self.event_interval
                 if short_gap and len(claim.messages) == 1:
-                    # it could end a trickle: it waits for the full event_interval (see hold_newest)
+                    # it could end a trickle: it waits for the full event_interval (see next_event_gap)
                     await asyncio.to_thread(claim.commit)
                     self._claim = None
                     self._gap = self.event_interval
