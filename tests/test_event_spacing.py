@@ -45,29 +45,56 @@ def test_min_event_interval_is_serialized_and_checked() -> None:
 
 
 def test_a_trickle_is_not_held_for_event_interval(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One message, then another after its event was stored: the second gets its own event after the short gap,
-    not after ``event_interval`` (600 s here, far beyond the scenario's 20 s limit)."""
+    """One message, then two more (one commit) after its event was stored: the older of the two gets an event
+    after the short gap, not after ``event_interval`` (600 s here, far beyond the scenario's 20 s limit); the
+    newest stays for a later event, so that an event on a short gap always has another behind it."""
     producer = producer_for(queues, airflow_conn(queues, monkeypatch), event_interval=600, min_event_interval=0.2)
     first = send(queues, 1, prefix="a")
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> tuple[list[dict[str, Any]], list[str]]:
         stream = producer.open_stream()
-        events = []
+        events: list[dict[str, Any]] = []
         try:
-            for ids in (first, None):
-                event, number = await anext(stream)
-                events.append(event)
-                await producer.advance([AdvanceItem(number, ACKED)])
-                if ids is not None:
-                    await asyncio.to_thread(send, queues, 1, "orders", "b")
+            event, number = await anext(stream)
+            events.append(event)
+            await producer.advance([AdvanceItem(number, ACKED)])
+            later = await asyncio.to_thread(send, queues, 2, "orders", "b")  # one commit: both in the next claim
+            event, number = await anext(stream)
+            events.append(event)
+            await producer.advance([AdvanceItem(number, ACKED)])
         finally:
             await stream.aclose()
             await producer.aclose()
-        return events
+        return events, later
 
-    one, two = run(scenario())
+    (one, two), later = run(scenario())
     assert [m["id"] for m in one["messages"]] == first
-    assert two["count"] == 1 and two["messages"][0]["id"] not in first
+    assert [m["id"] for m in two["messages"]] == later[:1]
+    assert queues.transport.peek(queues.q("orders")) == 1  # the newest: back in the queue, not lost
+
+
+def test_the_last_message_of_a_trickle_keeps_event_interval(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone message after a short gap is held, not dropped: it comes in the event after ``event_interval``."""
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch), event_interval=1.0, min_event_interval=0.1)
+    first = send(queues, 1, prefix="a")
+
+    async def scenario() -> list[list[str]]:
+        stream = producer.open_stream()
+        ids, later = [], []
+        try:
+            for _ in range(2):
+                event, number = await anext(stream)
+                ids.append([m["id"] for m in event["messages"]])
+                await producer.advance([AdvanceItem(number, ACKED)])
+                if not later:
+                    later = await asyncio.to_thread(send, queues, 1, "orders", "b")
+        finally:
+            await stream.aclose()
+            await producer.aclose()
+        return [*ids, later]
+
+    one, two, later = run(scenario())
+    assert (one, two) == (first, later)
 
 
 def test_messages_sent_while_an_event_is_in_flight_join_the_next_event(queues: Db,

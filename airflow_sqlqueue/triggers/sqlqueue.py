@@ -162,8 +162,15 @@ def next_event_gap(last_count: int, event_interval: float, min_event_interval: f
     """Seconds the next event keeps after the previous one (of ``last_count`` messages): ``event_interval`` under
     load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
 
-    The first message after a quiet period of that length goes out at once; messages that arrive while an event is
-    in flight (emitted, not yet stored) or within the gap join the next event.
+    The first message after a quiet period of ``event_interval`` goes out at once; messages that arrive while an
+    event is in flight (emitted, not yet stored) or within the gap join the next event.
+
+    An event sent sooner than ``event_interval`` after the previous one never carries the newest message claimed: it
+    stays for a later event (a lone message waits for the full ``event_interval``). So an event sent on a short gap
+    always has a later one behind it, and the last event of a trickle keeps ``event_interval``. On Airflow 3.3 an
+    event stored before the scheduler created the run of the previous event is left out of it and waits for the next
+    event (the scheduler queues a DAG by one row per asset, insert-or-nothing); the later event picks it up, and the
+    last one, ``event_interval`` after its predecessor, is not left out.
     """
     if last_count > LIGHT_EVENT_MESSAGES:
         return event_interval
@@ -341,6 +348,8 @@ class ClaimedBatch:
         self.messages: list[ReceivedMessage] = []
         #: The messages in the event (the others were released for the next event).
         self.emitted: list[ReceivedMessage] = []
+        #: Airflow stored the event (its messages were deleted); False while in flight, failed or rejected.
+        self.stored = False
 
     @property
     def number(self) -> int:
@@ -382,6 +391,7 @@ class ClaimedBatch:
         claim = self.claim
         if claim is None or claim.closed:
             return
+        self.stored = bool(outcome.is_clean and not outcome.rejected)
         for message in self.emitted:
             if outcome.rejected:
                 claim.reject(message, RejectedBySubscriberError("an Airflow trigger rejected the event"))
@@ -483,7 +493,15 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                         await wakeups.wait_async(found=False)
                     continue
                 wakeups.next_pause(found=True)  # messages: the idle back-off starts over
-                items = fit_event(claim.messages, self.max_event_bytes, self.max_body_bytes)
+                short_gap = loop.time() - self._last_event < self.event_interval
+                if short_gap and len(claim.messages) == 1:
+                    # it could end a trickle: it waits for the full event_interval (see next_event_gap)
+                    await asyncio.to_thread(claim.commit)
+                    self._claim = None
+                    self._gap = self.event_interval
+                    continue
+                limit = len(claim.messages) - 1 if short_gap else len(claim.messages)
+                items = fit_event(claim.messages[:limit], self.max_event_bytes, self.max_body_bytes)
                 if len(items) < len(claim.messages):
                     await asyncio.to_thread(claim.keep, len(items))
                 else:
@@ -492,9 +510,10 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
                          len(items), payload["first_seq"], payload["last_seq"],
                          sum(len(m.body or b"") for m in claim.emitted),
-                         f"; {len(claim.messages) - len(items)} left for the next event (max_event_bytes)"
+                         f"; {len(claim.messages) - len(items)} left for the next event"
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
+                spacing = self._last_event, self._gap
                 self._last_event = loop.time()
                 self._gap = next_event_gap(len(items), self.event_interval, self.min_event_interval)
                 metrics.incr("trigger_events", self.conn_id, name)
@@ -502,6 +521,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 yield payload, claim.number
                 await self._settled.wait()
                 self._claim = None
+                if not claim.stored:  # no asset event came of it: the spacing keeps to the last stored event
+                    self._last_event, self._gap = spacing
                 if claim.released and not self._closing:  # a failed event is emitted again, not in a tight loop
                     await asyncio.sleep(self.poll_interval)
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
@@ -575,10 +596,11 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     ``max_event_bytes`` of JSON. The first message after a quiet period goes out at once; after that, events
     keep a gap (``next_event_gap``): ``min_event_interval`` (2 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
-    while an event is in flight or within the gap join the next event. Spaced events are what Airflow 3.3's
-    scheduler turns into DAG runs without leaving events behind (an event stored before the scheduler created
-    the run of the previous one waits for the next event: apache/airflow#56749); one event per message hit that
-    on most bursts.
+    while an event is in flight or within the gap join the next event; an event sooner than ``event_interval``
+    after the previous one leaves its newest message for a later event, so the last event of a trickle keeps
+    ``event_interval``. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without leaving events
+    behind (an event stored before the scheduler created the run of the previous one waits for the next event:
+    apache/airflow#56749); one event per message hit that on most bursts.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
     deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
