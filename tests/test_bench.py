@@ -69,3 +69,16 @@ def test_paired_batches_take_every_message_between_the_two(case: str, batch: int
     assert result["taken"]["provider"] + result["taken"]["baseline"] == messages
     assert result["taken"]["provider"] == messages // 2 and result["taken"]["baseline"] == messages // 2
     assert result["ratio"] > 0 and result["provider_cpu_us"] > 0
+
+
+def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m bench.wake_writers``: one writer process, every set-up a round, a few wake-up trials."""
+    if _PG_SKIP is not None:
+        pytest.skip(str(_PG_SKIP))
+    from bench.wake_writers import SETUPS
+    from bench.wake_writers import main as wake_main
+
+    wake_main(["--writers", "1", "--repeats", "1", "--seconds", "0.2", "--trials", "3", "--pg-url", PG_URL])
+    out = capsys.readouterr().out
+    assert all(f"{setup:<20} round 1" in out for setup in SETUPS), out
+    assert "wake-up after a plain INSERT's commit, 3 trials" in out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import psycopg
@@ -77,3 +78,31 @@ def test_an_idle_pump_is_woken_by_a_send_from_outside(db, concurrency, monkeypat
     # each wake-up: the receiver that waited and the others waiting on it look once, plus one look after PostgreSQL's
     # wake-up lock is taken again; a pump that did not wait would have looked thousands of times
     assert len(empty) <= 4 * (concurrency + 1)
+
+
+@pytest.fixture
+def lite(tmp_path):
+    yield from make_db("sqlite", tmp_path)
+
+
+def test_a_sqlite_send_of_the_same_process_wakes_a_watcher_at_once(lite, monkeypatch):
+    """A write that ends in this process wakes a SQLite watcher without waiting for its next look at the files
+    (here an hour away)."""
+    from airflow_sqlqueue.transport.operations import wakeups as module
+
+    monkeypatch.setattr(module, "FILE_CHECK_INTERVAL", 3600.0)
+    t = lite.transport
+    t.create_queues(["orders", "error"])
+    wakeups = t.wakeups("orders", poll_interval=3600)
+    woken: list[bool] = []
+    try:
+        assert wakeups.start() is False and wakeups.watching_files
+        waiter = threading.Thread(target=lambda: woken.append(wakeups.wait(found=False)), daemon=True)
+        waiter.start()
+        time.sleep(0.2)  # let it look at the files first (a send before that look is seen by the look itself)
+        t.send("orders", b"here")
+        waiter.join(120)
+        assert woken == [True], "the watcher was not woken by the send of its own process"
+    finally:
+        wakeups.close()
+    assert [bytes(m.body) for m in t.receive("orders")] == [b"here"]

@@ -6,8 +6,10 @@ included: what they write is unchanged), but only while a watcher waits: a waiti
 wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
 ``create_wake_function`` in ``postgres.sql`` for why no send is missed). A watcher that finds the trigger listens
 and wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
-the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and looks
-at the queue when they changed (a write to another table of the same file wakes it too: one extra look).
+the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and at
+once when a write transaction of its own process ends (``LOCAL_WRITES``; blocking waits only: ``wait_async``
+stats), and looks at the queue when they changed (a write to another table of the same file wakes it too: one
+extra look).
 
 Every watcher still polls, in case a wake-up is missed (a dropped connection, a sender that bypasses the table's
 triggers, a file system that does not update times): at ``poll_interval`` after a look that found messages,
@@ -26,7 +28,7 @@ from typing import Any
 from ..common.redaction import first_line
 from ..common.validation import check_seconds
 from ..tables.queue import TableQueue
-from ..tables.session import Session, close_quietly
+from ..tables.session import LOCAL_WRITES, Session, close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +188,12 @@ class Wakeups:
                 return False
             deadline = time.monotonic() + pause
             while (left := deadline - time.monotonic()) > 0:
+                seen = LOCAL_WRITES.count
                 if self.changed():
                     self.woken += 1
                     return True
-                time.sleep(min(FILE_CHECK_INTERVAL, left))
+                # a write of this process ends the wait at once; other processes' are seen at the next stat
+                LOCAL_WRITES.wait(seen, min(FILE_CHECK_INTERVAL, left))
             self.changed()
             return False
         try:

@@ -85,6 +85,29 @@ class RetryPolicy:
             return result
 
 
+class LocalWrites:
+    """Write transactions of this process that ended on a single-writer database (SQLite), counted so that a
+    watcher in the same process wakes at once instead of at its next look at the database's files."""
+
+    def __init__(self) -> None:
+        self._ended = threading.Condition()
+        self.count = 0
+
+    def ended(self) -> None:
+        with self._ended:
+            self.count += 1
+            self._ended.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Block until a write ends after ``seen`` (a ``count`` read before) or ``timeout`` passes."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self.count != seen, timeout)
+
+
+#: The process's SQLite writes (every session's gate reports to it).
+LOCAL_WRITES = LocalWrites()
+
+
 class WriterGate:
     """One write transaction at a time among the connections of one session, on a single-writer database (SQLite).
 
@@ -118,6 +141,7 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
+        LOCAL_WRITES.ended()
 
 
 class Session:
