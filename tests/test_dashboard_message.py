@@ -160,3 +160,30 @@ def test_body_layout_by_content_type() -> None:
         '<?xml version="1.0"?>\n<a>\n  <b>t</b>\n  <c/>\n</a>')
     # entities are never expanded: the text stays as it was sent
     assert "&lol9;" in indent_xml('<!DOCTYPE l [<!ENTITY lol "lol">]><l>&lol9;</l>')
+
+
+def test_a_group_card_names_the_batched_retry_of_exactly_that_group(client: Any, filled: Any) -> None:
+    from airflow_sqlqueue.dashboard import audit
+
+    audit.audit("sqlqueue.batch_retry_started", "op", {"conn_id": CONN_ID, "run_id": "manual__r1", "request": {
+        "exception_type": "TimeoutError", "missing": [], "positions": 0}})
+    audit.audit("sqlqueue.batch_retry_started", "admin", {"conn_id": CONN_ID, "run_id": "manual__r2", "request": {
+        "positions": 2}})  # chosen messages, not a group: no card's retry
+    audit.audit("sqlqueue.batch_retry_started", "admin", {"conn_id": "another", "run_id": "manual__r3", "request": {
+        "missing": []}})  # another connection
+    groups = client.get(f"{FAILED}/group-cards", headers=as_user("viewer")).json()["groups"]
+    retried = {g["exception_type"].rsplit(".", 1)[-1]: (g["last_run_id"], g["last_retried_by"]) for g in groups}
+    assert retried == {"TimeoutError": ("manual__r1", "op"), "Boom": (None, None)}
+    by_queue = client.get(f"{FAILED}/group-cards", params={"by": "failed_q"}, headers=as_user("viewer")).json()
+    assert [g["last_run_id"] for g in by_queue["groups"]] == [None]  # a part of that group only
+
+
+def test_retry_history_lookups_take_ids_literally(client: Any, filled: Any) -> None:
+    _, made = filled
+    first = made["failed"][0]
+    assert post(client, "retry", "op", {"messages": [{"seq": first.seq, "id": str(first.id)}]}).status_code == 200
+    for pattern in ("%", "_", str(first.id)[:8] + "%"):
+        answer = client.get(f"{FAILED}/retried", params={"id": pattern}, headers=as_user("viewer"))
+        assert answer.status_code == 200 and answer.json()["retried"] == {}, (pattern, answer.text)
+    assert client.get(f"{FAILED}/retried", headers=as_user("viewer")).status_code == 422
+    assert client.get(f"{FAILED}/retried", params={"id": ["x"] * 101}, headers=as_user("viewer")).status_code == 422
