@@ -50,18 +50,18 @@ def test_a_message_shows_its_failure_headers_pretty_body_and_conversation(client
     assert data["processing_endpoint"] and data["processing_machine"]
     assert data["body_kind"] == "json" and data["body_text"] == json.dumps({"kind": "timeout", "n": 0}, indent=2)
     assert data["headers"][h.ENCLOSED_MESSAGE_TYPES] == "Billing.Invoice" and not data["body_truncated"]
-    # the three failed in one conversation each (sent apart): none listed; found by Id alone too
-    assert data["conversation"] == [] and data["history"] == []
+    # never retried; found by Id alone too
+    assert data["history"] == []
     assert message(client, str(first.id)).json()["seq"] == first.seq
 
 
 def test_the_same_conversation_is_linked_and_hostile_rows_come_back_as_text(client: Any, filled: Any) -> None:
     db, _ = filled
     invoices = db.transport.name(db.q("invoices"))
-    talk = str(uuid.uuid4())
+    talk_id = str(uuid.uuid4())
     ids = [str(uuid.uuid4()) for _ in range(3)]
     headers = {h.FAILED_Q: invoices, h.EXCEPTION_TYPE: HOSTILE, h.EXCEPTION_MESSAGE: HOSTILE,
-               h.CONVERSATION_ID: talk, h.CONTENT_TYPE: "text/xml", HOSTILE: HOSTILE}
+               h.CONVERSATION_ID: talk_id, h.CONTENT_TYPE: "text/xml", HOSTILE: HOSTILE}
     insert_rows(db, db.q("error"), [
         (ids[0], json.dumps(headers), b"<a><b x='1'>" + HOSTILE.encode() + b"</b><c/></a>"),
         (ids[1], json.dumps({**headers, h.CONTENT_TYPE: "application/octet-stream"}), bytes(range(256)) * 400),
@@ -69,7 +69,14 @@ def test_the_same_conversation_is_linked_and_hostile_rows_come_back_as_text(clie
     data = message(client, ids[0]).json()
     assert data["headers"][HOSTILE] == HOSTILE and data["exception_message"] == HOSTILE  # text, as it is
     assert data["body_kind"] == "xml" and data["body_text"].splitlines()[0] == "<a>"
-    assert [m["id"] for m in data["conversation"]] == [ids[1]]  # not itself, not another conversation
+    talk = client.get(f"{FAILED}/conversation", params={"conversation_id": talk_id, "but": ids[0]},
+                      headers=as_user("viewer"))
+    assert talk.status_code == 200, talk.text
+    assert [m["id"] for m in talk.json()["messages"]] == [ids[1]]  # not itself, not another conversation
+    assert talk.json()["more"] is False
+    for bad in ({"conversation_id": ""}, {"conversation_id": "x\u0000"}, {}, {"conversation_id": "x" * 201}):
+        refused = client.get(f"{FAILED}/conversation", params=bad, headers=as_user("viewer"))
+        assert refused.status_code == 422, refused.text
     big = message(client, ids[1]).json()
     assert big["body_kind"] == "binary" and big["body_truncated"] and big["body_length"] == 256 * 400
     download = client.get(f"{FAILED}/message/body", params={"id": ids[1], "seq": big["seq"]},
@@ -160,3 +167,30 @@ def test_body_layout_by_content_type() -> None:
         '<?xml version="1.0"?>\n<a>\n  <b>t</b>\n  <c/>\n</a>')
     # entities are never expanded: the text stays as it was sent
     assert "&lol9;" in indent_xml('<!DOCTYPE l [<!ENTITY lol "lol">]><l>&lol9;</l>')
+
+
+def test_a_group_card_names_the_batched_retry_of_exactly_that_group(client: Any, filled: Any) -> None:
+    from airflow_sqlqueue.dashboard import audit
+
+    audit.audit("sqlqueue.batch_retry_started", "op", {"conn_id": CONN_ID, "run_id": "manual__r1", "request": {
+        "exception_type": "TimeoutError", "missing": [], "positions": 0}})
+    audit.audit("sqlqueue.batch_retry_started", "admin", {"conn_id": CONN_ID, "run_id": "manual__r2", "request": {
+        "positions": 2}})  # chosen messages, not a group: no card's retry
+    audit.audit("sqlqueue.batch_retry_started", "admin", {"conn_id": "another", "run_id": "manual__r3", "request": {
+        "missing": []}})  # another connection
+    groups = client.get(f"{FAILED}/group-cards", headers=as_user("viewer")).json()["groups"]
+    retried = {g["exception_type"].rsplit(".", 1)[-1]: (g["last_run_id"], g["last_retried_by"]) for g in groups}
+    assert retried == {"TimeoutError": ("manual__r1", "op"), "Boom": (None, None)}
+    by_queue = client.get(f"{FAILED}/group-cards", params={"by": "failed_q"}, headers=as_user("viewer")).json()
+    assert [g["last_run_id"] for g in by_queue["groups"]] == [None]  # a part of that group only
+
+
+def test_retry_history_lookups_take_ids_literally(client: Any, filled: Any) -> None:
+    _, made = filled
+    first = made["failed"][0]
+    assert post(client, "retry", "op", {"messages": [{"seq": first.seq, "id": str(first.id)}]}).status_code == 200
+    for pattern in ("%", "_", str(first.id)[:8] + "%"):
+        answer = client.get(f"{FAILED}/retried", params={"id": pattern}, headers=as_user("viewer"))
+        assert answer.status_code == 200 and answer.json()["retried"] == {}, (pattern, answer.text)
+    assert client.get(f"{FAILED}/retried", headers=as_user("viewer")).status_code == 422
+    assert client.get(f"{FAILED}/retried", params={"id": ["x"] * 101}, headers=as_user("viewer")).status_code == 422

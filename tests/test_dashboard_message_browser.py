@@ -96,7 +96,8 @@ def test_the_message_page_shows_a_hostile_message_as_text_in_the_airflow_theme(
     facts = browser.js(frame("[...doc.querySelectorAll('#facts dd')].map(d => d.textContent)"))
     assert "Billing" in facts and "host-7" in facts and "invoices" in facts
     # the same conversation: the other hostile message, with a link to its page
-    talk = browser.js(frame("[...doc.querySelectorAll('#conversation tbody a')].map(a => a.href)"))
+    talk = wait_for("the conversation (loaded after the message)", lambda: browser.js(frame(
+        "[...doc.querySelectorAll('#conversation tbody a')].map(a => a.href)")), timeout=20)
     assert len(talk) == 1 and f"id={data['hostile'][1]}" in talk[0]
     # the header filter
     browser.js(frame("(() => { const f = doc.getElementById('header-filter'); f.value = 'processingmachine'; "

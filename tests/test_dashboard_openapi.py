@@ -26,7 +26,8 @@ ROUTES = {
     ("post", "/api/connections/{conn_id}/archives/{archive_id}/restore"),
     ("get", "/api/connections/{conn_id}/failed/message"), ("get", "/api/connections/{conn_id}/failed/retried"),
     ("get", "/api/connections/{conn_id}/failed/group-cards"), ("post", "/api/connections/{conn_id}/failed/group/retry"),
-    ("post", "/api/connections/{conn_id}/failed/group/delete")}
+    ("post", "/api/connections/{conn_id}/failed/group/delete"),
+    ("get", "/api/connections/{conn_id}/failed/conversation")}
 ROUTES |= {("get", "/api/connections/{conn_id}/permissions"), ("get", "/api/connections/{conn_id}/redirects"),
            ("post", "/api/connections/{conn_id}/redirects"), ("post", "/api/connections/{conn_id}/redirects/remove")}
 

@@ -9,16 +9,16 @@ of up to :data:`MAX_RETURN` messages (larger ones: the batched retry); a delete 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.errorqueue.previews import FILTER_FIELDS, FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.previews import FILTER_FIELDS, FailedFilter, FailedPreview, Position, preview
 
 from . import retry_history
 from .failed import GROUP_BY, failed_groups
-from .message import find_position
 from .queues import canonical
 
 #: The largest group returned in one request (a batched retry handles more, as a DAG run).
@@ -110,6 +110,39 @@ def _covers(chosen: dict[str, Any], group: dict[str, Any], keys: tuple[str, ...]
     return all(name in keys and group.get(name) is None for name in chosen.get("missing") or [])
 
 
+def back_in_queue(transport: SqlQueueTransport, error_queue: str, ids: list[str]) -> dict[str, FailedPreview]:
+    """The messages with these native Ids that are in the error queue now (by lower-case Id), each read by two
+    index seeks, all in one read-only transaction."""
+    table = transport.book.queue(error_queue)
+    dialect = transport.dialect
+    params = {"batch_size": 1, "headers_chars": 1, "body_bytes": 1, **FailedFilter().params()}
+
+    def work(cur: Any) -> dict[str, FailedPreview]:
+        found: dict[str, FailedPreview] = {}
+        for message_id in ids:
+            if dialect.name == "postgres" and not _is_uuid(message_id):
+                continue  # PostgreSQL refuses the cast (and the transaction with it): no such row
+            row = dialect.execute(cur, "position_of_id", {"id": message_id}, **table.ids).fetchone()
+            if row is None:
+                continue
+            rows = dialect.execute(cur, "failed_page", {**params, "after_seq": int(row[0]) - 1}, **table.ids).fetchall()
+            if rows:
+                message = preview(dialect, rows[0], 1, 1)
+                if message.seq == int(row[0]):
+                    found[message_id.lower()] = message
+        return found
+
+    return transport.run(work, what=f"look for returned messages in {error_queue!r}", read_only=True)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+        return True
+    except ValueError:
+        return False
+
+
 def group_cards(transport: SqlQueueTransport, error_queue: str, conn_id: str, by: str) -> dict[str, Any]:
     """The groups of :func:`failed_groups` with, for each, when it was last retried (by whom, through which run)
     and how many of its messages failed again after a retry (of the retries of the last
@@ -124,16 +157,12 @@ def group_cards(transport: SqlQueueTransport, error_queue: str, conn_id: str, by
                 group.update({"last_retried": entry["at"], "last_retried_by": entry["by"],
                               "last_run_id": entry["run_id"]})
                 break
-    errors = transport.errors(error_queue)
     by_key = {tuple(g[k] for k in keys): g for g in data["groups"]}
+    back = back_in_queue(transport, error_queue, [entry["id"] for entry in recent["ids"]])
     for entry in recent["ids"]:
-        seq = find_position(transport, error_queue, entry["id"])
-        if seq is None:
+        message = back.get(entry["id"].lower())
+        if message is None:
             continue
-        found = errors.page(after_seq=seq - 1, limit=1, headers_chars=1, body_bytes=1)
-        if not found or found[0].seq != seq:
-            continue
-        message = found[0]
         failed_at = retry_history._time(message.time_of_failure)
         if failed_at is None or failed_at <= datetime.fromisoformat(entry["at"]):
             continue

@@ -29,7 +29,7 @@ GROUP_EVENTS = ("sqlqueue.retry_failed_group", "sqlqueue.batch_retry_started")
 CARD_DAYS = 30
 CARD_ROWS = 2_000
 #: Returned messages a group card looks for in the error queue (most recent first).
-CARD_IDS = 200
+CARD_IDS = 100
 MESSAGE_ROWS = 100
 
 

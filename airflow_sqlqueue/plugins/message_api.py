@@ -5,7 +5,9 @@
 |---|---|
 | ``GET /message?conn_id=&id=&seq=``: the page of one failed message (a URL to share) | read |
 | ``GET /api/connections/{conn_id}/failed/message?id=&seq=``: one failed message: failure, headers, body laid
-  out by content type (cut at 64 KiB), the other failed messages of its conversation, its retry history | read |
+  out by content type (cut at 64 KiB), its retry history | read |
+| ``GET /api/connections/{conn_id}/failed/conversation?conversation_id=&but=``: the failed messages of a
+  conversation (a search of the headers: the page loads it after the message) | read |
 | ``GET /api/connections/{conn_id}/failed/message/body?id=&seq=``: the whole body, as a download | read |
 | ``GET /api/connections/{conn_id}/failed/retried?id=...``: for Ids of a page of the list, how often each was
   retried before, last when and by whom | read |
@@ -52,14 +54,25 @@ def message_router(guard: Callable[[str, Callable[[], Any]], Any], static: Calla
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 error_queue = transport.name(conn.error_queue)
                 found = one.read_message(transport, error_queue, seq, id)
-                talk = one.conversation(transport, error_queue, found["conversation_id"], found["id"])
                 shown = one.canonical(transport, error_queue)
             history = retry_history.message_history(conn_id, found["id"], found["time_of_failure"],
                                                     found["headers"])
             return {"conn_id": conn_id, "error_queue": shown, "can_edit": can_edit(user, conn_id),
                     "edit_retry": edit_retry_on(), "failure_headers": list(FAILURE_HEADERS),
-                    "body_shown_bytes": one.BODY_SHOWN_BYTES, **found, "conversation": talk["messages"],
-                    "conversation_more": talk["more"], "history": history}
+                    "body_shown_bytes": one.BODY_SHOWN_BYTES, **found, "history": history}
+
+        return guard(conn_id, work)
+
+    @router.get("/api/connections/{conn_id}/failed/conversation", response_model=models.Conversation,
+                responses=problems)
+    def conversation(conn_id: str, user: ReaderDep,
+                     conversation_id: Annotated[Text, Query(min_length=1, max_length=200)],
+                     but: Annotated[Text | None, Query(max_length=100)] = None) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            with sources.open_transport(conn_id, conn.error_queue) as transport:
+                talk = one.conversation(transport, transport.name(conn.error_queue), conversation_id, but or "")
+            return {"conn_id": conn_id, "conversation_id": conversation_id, **talk}
 
         return guard(conn_id, work)
 

@@ -299,9 +299,14 @@ class MessageDetail(Answer):
     processing_endpoint: str | None
     processing_machine: str | None
     bad: list[str]
-    conversation: list[ConversationMessage]
-    conversation_more: bool
     history: list[HistoryEntry]
+
+
+class Conversation(Answer):
+    conn_id: str
+    conversation_id: str
+    messages: list[ConversationMessage]
+    more: bool
 
 
 class RetrySummary(Answer):

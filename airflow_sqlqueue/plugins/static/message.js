@@ -99,19 +99,32 @@
     download.hidden = !m.body_truncated && !m.body_binary;
     download.href = `api/${path(`failed/message/body?${new URLSearchParams({ id: m.id, seq: String(m.seq) })}`)}`;
     download.setAttribute("download", `message-${m.seq}.bin`);
-    // conversation
-    $("conversation-caption").textContent = m.conversation_id
-      ? `${m.conversation.length} other failed message(s) with conversation ${visible(m.conversation_id)}` +
-        (m.conversation_more ? " (the first ones found; search the list for more)" : "")
-      : "this message names no conversation";
-    $("conversation").tBodies[0].replaceChildren(...m.conversation.map((c) => el("tr", { class: "conversation-message" },
-      el("td", { class: "num" }, el("a", { href: messageUrl(state.conn, c.id, c.seq) }, String(c.seq))),
-      el("td", {}, formatTime(c.time_of_failure)), el("td", {}, visible(c.failed_q)),
-      el("td", {}, visible(c.exception_type)), el("td", {}, visible(c.message_type)))));
+    loadConversation(m);
     // actions
     const why = m.can_edit ? "" : "needs edit permission on this connection";
     for (const id of ["m-retry", "m-delete", "m-archive"]) { $(id).disabled = !m.can_edit; $(id).title = why; }
     $("m-edit").hidden = !(m.edit_retry && m.can_edit);
+  }
+
+  // the same conversation: a search of the error queue's headers, loaded after the message (it can take a while)
+  async function loadConversation(m) {
+    const caption = $("conversation-caption");
+    const rows = $("conversation").tBodies[0];
+    rows.replaceChildren();
+    if (!m.conversation_id) { caption.textContent = "this message names no conversation"; return; }
+    caption.textContent = `looking for the failed messages of conversation ${visible(m.conversation_id)}…`;
+    try {
+      const query = new URLSearchParams({ conversation_id: m.conversation_id, but: m.id });
+      const talk = await api(path(`failed/conversation?${query}`));
+      caption.textContent = `${talk.messages.length} other failed message(s) with conversation ` +
+        `${visible(m.conversation_id)}` + (talk.more ? " (the first ones found; search the list for more)" : "");
+      rows.replaceChildren(...talk.messages.map((c) => el("tr", { class: "conversation-message" },
+        el("td", { class: "num" }, el("a", { href: messageUrl(state.conn, c.id, c.seq) }, String(c.seq))),
+        el("td", {}, formatTime(c.time_of_failure)), el("td", {}, visible(c.failed_q)),
+        el("td", {}, visible(c.exception_type)), el("td", {}, visible(c.message_type)))));
+    } catch (e) {
+      caption.textContent = `the conversation could not be listed: ${e.message}`;
+    }
   }
 
   function filterHeaders() {
