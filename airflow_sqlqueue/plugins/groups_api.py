@@ -6,9 +6,9 @@
 | ``GET /api/connections/{conn_id}/failed/group-cards?by=``: the groups with count, first and last failure, last
   retried (by whom, through which run) and how many failed again after a retry | read |
 | ``POST /api/connections/{conn_id}/failed/group/retry`` ``{group filter, "expected"}``: return the whole group
-  (up to 1,000 messages; more: a batched retry) | edit |
+  (up to 1,000 messages; more: a batched retry) | retry |
 | ``POST /api/connections/{conn_id}/failed/group/delete`` ``{group filter, "expected"}``: delete the whole group
-  | edit |
+  | delete |
 
 ``expected`` is the count the user confirmed: a group that holds another number now is left as it is (409 with
 its count). A group is named by at least one field or ``missing`` (never "every message"). Archiving a group and a
@@ -29,7 +29,7 @@ from airflow_sqlqueue.maintenance.config import retry_targets
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
 
 from . import models
-from .auth import EditorDep, ReaderDep, can_edit
+from .auth import DeleterDep, EditorDep, ReaderDep, can_edit
 from .texts import Field_, Text
 
 
@@ -100,7 +100,7 @@ def groups_router(guard: Callable[[str, Callable[[], Any]], Any],
 
     @router.post("/api/connections/{conn_id}/failed/group/delete", response_model=models.GroupDeleted,
                  responses=problems)
-    def delete_group(conn_id: str, request: GroupAction, user: EditorDep) -> dict[str, Any]:
+    def delete_group(conn_id: str, request: GroupAction, user: DeleterDep) -> dict[str, Any]:
         return _act(conn_id, request, user, retry=False)
 
     return router
