@@ -49,17 +49,31 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
             "grouped": sum(g["count"] for g in groups), "groups": groups}
 
 
+#: A filtered or searched page reads at most this many rows (the page may then hold fewer messages than asked, with
+#: ``next_after`` where the next read starts): a rare group or a search that finds nothing costs the same on a
+#: queue of a million rows as on a small one.
+SCAN_ROWS = 10_000
+
+
+def _filtered(where: FailedFilter) -> bool:
+    return bool(where.failed_q or where.exception_type or where.message_type or where.search or where.missing)
+
+
 def failed_messages(transport: SqlQueueTransport, error_queue: str, *, after_seq: int, limit: int,
-                    where: FailedFilter) -> dict[str, Any]:
-    """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page."""
-    page = transport.failed_page(error_queue, after_seq=after_seq, limit=limit, where=where)
+                    where: FailedFilter, scan_rows: int = SCAN_ROWS) -> dict[str, Any]:
+    """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page (null on
+    the last). A filtered page reads at most ``scan_rows`` rows: it may hold fewer than ``limit`` messages and still
+    have a ``next_after``."""
+    errors = transport.errors(error_queue)
+    end = errors.scan_end(after_seq, max(scan_rows, limit)) if _filtered(where) else None
+    page = errors.page(after_seq=after_seq, limit=limit, where=where, through_seq=end)
     messages = [m.as_dict() for m in page]
     for message in messages:
         if message["failed_q"]:
             message["failed_q"] = canonical(transport, message["failed_q"])
     return {"error_queue": canonical(transport, error_queue), "after": after_seq, "limit": limit,
             "messages": messages,
-            "next_after": page[-1].seq if len(page) == limit else None}
+            "next_after": page[-1].seq if len(page) == limit else end}
 
 
 def retry_messages(transport: SqlQueueTransport, error_queue: str, positions: list[Position],

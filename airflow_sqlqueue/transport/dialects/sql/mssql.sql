@@ -470,7 +470,7 @@ DELETE TOP (%(batch_size)s) FROM {table} WHERE ProcessedAt < DATEADD(second, -%(
 SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (never sent whole); grouping fields are read only from valid JSON (ISJSON) of at most one Mi characters, so no
 -- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain;
 -- <field>_missing = 1 matches only rows without that field (absent or empty).
@@ -496,7 +496,7 @@ FROM (
            LEFT(Headers, %(headers_chars)s) AS headers_preview, LEN(Headers) AS headers_length,
            SUBSTRING(Body, 1, %(body_bytes)s) AS body_preview, DATALENGTH(Body) AS body_length
     FROM {queue} WITH (READPAST)
-    WHERE RowVersion > %(after_seq)s
+    WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
 ) AS f
 WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(failed_q_3)s, %(failed_q_4)s,
        %(failed_q_5)s, %(failed_q_6)s, %(failed_q_7)s, %(failed_q_8)s))
@@ -594,3 +594,11 @@ WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) WHERE SourceQue
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
+
+-- estimate_rows --
+-- The rows of a table as its partitions count them (sys.partitions, heap or clustered index; no scan): what the error queue's depth shows above a threshold, instead of counting a million rows.
+SELECT SUM(p.rows) FROM sys.partitions AS p WHERE p.object_id = OBJECT_ID(%(qualified_name)s) AND p.index_id IN (0, 1)
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most the rows up to it, so a rare group or a search costs the same on any queue size.
+SELECT RowVersion FROM {queue} WITH (READPAST) WHERE RowVersion > %(after_seq)s ORDER BY RowVersion OFFSET %(batch_size)s - 1 ROWS FETCH NEXT 1 ROWS ONLY

@@ -397,7 +397,7 @@ DELETE FROM {table} WHERE (consumer, message_id) IN (
 SELECT count(*) FROM {queue}
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (never sent whole). The fields it groups and filters by are the JSON string text after '"<name>":"' (or
 -- '"<name>": "') up to the next quote (FailedQ, a canonical address with quotes on PostgreSQL, is read with its
 -- escaped quotes, backslashes and slashes undone; other fields are cut at an escaped quote); the exception message and
@@ -427,7 +427,7 @@ FROM (
            left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
            substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length
     FROM {queue}
-    WHERE seq > %(after_seq)s
+    WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
 WHERE (%(failed_q)s::text IS NULL OR f.failed_q IN (%(failed_q)s::text, %(failed_q_2)s::text, %(failed_q_3)s::text,
        %(failed_q_4)s::text, %(failed_q_5)s::text, %(failed_q_6)s::text, %(failed_q_7)s::text, %(failed_q_8)s::text))
@@ -526,3 +526,13 @@ ON CONFLICT DO NOTHING
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE source_queue = %(source_queue)s
+
+-- estimate_rows --
+-- The planner's row estimate of a table (pg_class.reltuples, kept by VACUUM and ANALYZE; -1 or NULL before the
+-- first): what the error queue's depth shows above a threshold, instead of counting a million rows.
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(qualified_name)s)
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
+-- the rows up to it (an index-only walk of seq), so a rare group or a search costs the same on any queue size.
+SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq OFFSET %(batch_size)s - 1 LIMIT 1

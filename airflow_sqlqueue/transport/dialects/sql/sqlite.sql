@@ -248,7 +248,7 @@ DELETE FROM {table} WHERE rowid IN (
 SELECT count(*) FROM {queue}
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
 -- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
 -- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
@@ -282,7 +282,7 @@ FROM (
            length(CAST(body AS BLOB)) AS body_length,
            headers, body
     FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
-          FROM {queue} WHERE seq > %(after_seq)s)
+          FROM {queue} WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
 ) AS f
 WHERE (%(failed_q)s IS NULL OR f.failed_q IN (CAST(%(failed_q)s AS BLOB), CAST(%(failed_q_2)s AS BLOB),
        CAST(%(failed_q_3)s AS BLOB), CAST(%(failed_q_4)s AS BLOB), CAST(%(failed_q_5)s AS BLOB),
@@ -380,3 +380,12 @@ ON CONFLICT DO NOTHING
 -- delete_redirect --
 -- Remove the retry redirect of one source queue.
 DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
+
+-- estimate_rows --
+-- No row estimate on SQLite: the error queue's depth is always counted (NULL).
+SELECT NULL WHERE %(qualified_name)s IS NOT NULL
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
+-- the rows up to it, so a rare group or a search costs the same on any queue size.
+SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT 1 OFFSET %(batch_size)s - 1
