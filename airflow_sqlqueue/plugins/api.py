@@ -59,7 +59,8 @@ from .texts import MAX_SEQ, Field_, Text
 
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
-          "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript"}
+          "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript",
+          "redirects.js": "text/javascript"}
 MAX_SELECTED = 1000
 #: The errors every API route may answer, each a ``Problem`` (documented in the OpenAPI document).
 PROBLEMS: dict[int | str, dict[str, Any]] = {code: {"model": models.Problem, "description": what} for code, what in (
