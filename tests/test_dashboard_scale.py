@@ -52,6 +52,35 @@ def test_the_error_queue_depth_is_an_estimate_only_above_the_threshold(db: Db) -
         assert (estimate, exact) == (30, False)  # reltuples after ANALYZE, no count
 
 
+def test_groups_are_counted_per_range_and_only_changed_ranges_are_read_again(db: Db,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sqlqueue.transport.errorqueue.error_queue import ErrorQueue
+
+    ids = fill(db, 100, rare_every=10)
+    reads: list[tuple[int, int | None]] = []
+    real = ErrorQueue.groups
+
+    def counted(self: ErrorQueue, limit: int = 1000, **kw: Any) -> list[dict[str, Any]]:
+        reads.append((kw.get("after_seq", 0), kw.get("through_seq")))
+        return real(self, limit, **kw)
+
+    monkeypatch.setattr(ErrorQueue, "groups", counted)
+    key = f"test-{db.kind}-{id(db)}"
+    whole = {(g["exception_type"], g["count"]) for g in db.transport.failed_groups(db.q("error"))}
+    groups, total = failed.ranged_groups(db.transport, db.q("error"), key, size=25)
+    assert {(g["exception_type"], g["count"]) for g in groups} == whole == {("Common", 90), ("Rare", 10)}
+    assert total == 100 and len(reads) == 1 + 5  # the whole queue once, then five ranges (positions 1 to 100)
+    reads.clear()
+    assert failed.ranged_groups(db.transport, db.q("error"), key, size=25)[1] == 100 and reads == []  # kept
+    page = db.transport.failed_page(db.q("error"), after_seq=0, limit=100)
+    rare = next(p for p in page if p.exception_type == "Rare")
+    db.transport.delete_positions(db.q("error"), [Position(rare.seq, rare.id)])
+    groups, total = failed.ranged_groups(db.transport, db.q("error"), key, size=25)
+    assert {(g["exception_type"], g["count"]) for g in groups} == {("Common", 90), ("Rare", 9)} and total == 99
+    assert len(reads) == 1  # only the range that lost a row was read again
+    assert len(ids) == 100
+
+
 # -- a million failed messages on PostgreSQL --------------------------------------------------------------------
 N = 1_000_000
 SCHEMA = "sq_scale_1m"
@@ -124,7 +153,16 @@ def test_a_million_failed_messages_on_postgresql() -> None:  # noqa: PLR0915
         timed(figures, "delete 10 selected", lambda: transport.delete_positions(error, chosen[10:20]))
         timed(figures, "edit and retry 1", lambda: errors.edit_and_retry(Position(
             first["messages"][20]["seq"], first["messages"][20]["id"])))
-        timed(figures, "groups (whole queue scan)", lambda: transport.failed_groups(error))
+        timed(figures, "groups (whole queue scan, no ranges kept)", lambda: transport.failed_groups(error))
+        timed(figures, "groups, first load (every range counted)", lambda: failed.failed_groups(
+            transport, error, cache_key="scale"))
+        kept = timed(figures, "groups, ranges kept", lambda: failed.failed_groups(transport, error, cache_key="scale"))
+        assert kept["total"] == transport.count(error) and sum(g["count"] for g in kept["groups"]) == kept["total"]
+        again = failed.failed_messages(transport, error, after_seq=500_000, limit=5, where=FailedFilter())["messages"]
+        errors.retry([Position(again[0]["seq"], again[0]["id"])])
+        after = timed(figures, "groups after a retry (one range counted again)", lambda: failed.failed_groups(
+            transport, error, cache_key="scale"))
+        assert after["total"] == kept["total"] - 1
     finally:
         transport.close()
         with psycopg.connect(PG_URL, autocommit=True) as conn:

@@ -297,7 +297,7 @@ def create_app() -> FastAPI:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
-                        **failed.failed_groups(transport, conn.error_queue, by)}
+                        **failed.failed_groups(transport, conn.error_queue, by, cache_key=conn_id)}
 
         return _guard(conn_id, work)
 

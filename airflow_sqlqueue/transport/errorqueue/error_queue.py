@@ -162,10 +162,22 @@ class ErrorQueue:
             what=f"bound a scan of {self.name!r}", read_only=True)
         return None if end is None else int(end)
 
-    def groups(self, limit: int = MAX_GROUPS) -> list[dict[str, Any]]:
+    def range_counts(self, size: int) -> dict[int, int]:
+        """Rows per range of ``size`` positions (range ``r`` holds positions ``r * size`` to ``r * size + size - 1``),
+        from the position index alone."""
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "range_counts", {"batch_size": int(size)},
+                                                                 **self.table.ids).fetchall(),
+                                what=f"count ranges of {self.name!r}", read_only=True)
+        return {int(r): int(n) for r, n in rows}
+
+    def groups(self, limit: int = MAX_GROUPS, *, after_seq: int = 0,
+               through_seq: int | None = None) -> list[dict[str, Any]]:
         """Counts of failed messages by FailedQ, exception type and message type, largest first (at most
-        ``limit``), with the first and last time of failure."""
-        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_groups", {"batch_size": limit},
+        ``limit``), with the first and last time of failure; only positions after ``after_seq`` up to
+        ``through_seq`` when given."""
+        params = {"batch_size": limit, "after_seq": int(after_seq),
+                  "through_seq": MAX_POSITION if through_seq is None else int(through_seq)}
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_groups", params,
                                                                  **self.table.ids).fetchall(),
                                 what=f"group {self.name!r}", read_only=True)
         groups = []

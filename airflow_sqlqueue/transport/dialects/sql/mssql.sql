@@ -513,6 +513,7 @@ WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(fa
 ORDER BY f.RowVersion
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (valid JSON only, as failed_page); largest groups first.
 SELECT TOP (%(batch_size)s) f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure),
@@ -526,6 +527,7 @@ FROM (
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
                AS time_of_failure
     FROM {queue} WITH (READPAST)
+    WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
 ) AS f
 GROUP BY f.failed_q, f.exception_type, f.message_type
 ORDER BY COUNT_BIG(*) DESC, f.failed_q, f.exception_type, f.message_type
@@ -602,3 +604,7 @@ SELECT SUM(p.rows) FROM sys.partitions AS p WHERE p.object_id = OBJECT_ID(%(qual
 -- scan_end --
 -- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most the rows up to it, so a rare group or a search costs the same on any queue size.
 SELECT RowVersion FROM {queue} WITH (READPAST) WHERE RowVersion > %(after_seq)s ORDER BY RowVersion OFFSET %(batch_size)s - 1 ROWS FETCH NEXT 1 ROWS ONLY
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (the RowVersion index, no row read): which ranges changed since their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT RowVersion / %(batch_size)s, COUNT_BIG(*) FROM {queue} WITH (READPAST) GROUP BY RowVersion / %(batch_size)s

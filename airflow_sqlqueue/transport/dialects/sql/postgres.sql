@@ -444,6 +444,7 @@ ORDER BY f.seq
 LIMIT %(batch_size)s
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (fields read as in failed_page, one pass over the queue); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
@@ -457,6 +458,7 @@ FROM (
            COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
                     NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
     FROM {queue}
+    WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 ORDER BY count(*) DESC, failed_q, exception_type, message_type
@@ -536,3 +538,8 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(qualified_name)
 -- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
 -- the rows up to it (an index-only walk of seq), so a rare group or a search costs the same on any queue size.
 SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq OFFSET %(batch_size)s - 1 LIMIT 1
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (an index-only walk of seq, no row read): which ranges changed since
+-- their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1

@@ -303,6 +303,7 @@ ORDER BY f.seq
 LIMIT %(batch_size)s
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (read from valid JSON text only, returned as BLOBs as in failed_page); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
@@ -314,7 +315,8 @@ FROM (
            END AS message_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
                AS time_of_failure
-    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue})
+    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue}
+          WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 ORDER BY count(*) DESC, failed_q, exception_type, message_type
@@ -389,3 +391,8 @@ SELECT NULL WHERE %(qualified_name)s IS NOT NULL
 -- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
 -- the rows up to it, so a rare group or a search costs the same on any queue size.
 SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT 1 OFFSET %(batch_size)s - 1
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (the seq index, no row read): which ranges changed since their groups
+-- were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
