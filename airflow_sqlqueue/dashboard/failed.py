@@ -27,6 +27,8 @@ GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_typ
 #: it touched are counted again, and an unchanged queue costs one walk of the position index.
 RANGE = 10_000
 _RANGES: dict[tuple[str, str], dict[int, tuple[int, list[dict[str, Any]]]]] = {}
+#: Per error queue: (rows, newest position) when its ranges were last counted.
+_SHAPES: dict[tuple[str, str], tuple[int, int | None]] = {}
 _RANGES_LOCK = threading.Lock()
 MAX_KEPT_QUEUES = 64
 
@@ -47,12 +49,18 @@ def _merge_raw(into: dict[tuple[Any, ...], dict[str, Any]], groups: Iterable[dic
 def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str,
                   size: int = RANGE) -> tuple[list[dict[str, Any]], int]:
     """The groups of the whole error queue (as ``transport.failed_groups``) and its exact row count, counting again
-    only the ranges of positions whose row count changed since this API server last counted them."""
+    only the ranges of positions whose row count changed since this API server last counted them (none, without
+    walking the ranges, when the row count and the newest position are as they were)."""
     errors = transport.errors(error_queue)
-    counts = errors.range_counts(size)
     key = (cache_key, errors.name)
+    shape = errors.count_and_last()  # index-only: as before, nothing came or went
     with _RANGES_LOCK:
         kept = dict(_RANGES.get(key, {}))
+        unchanged = _SHAPES.get(key) == shape and key in _RANGES
+    if unchanged:
+        counts = {number: rows for number, (rows, _) in kept.items()}
+    else:
+        counts = errors.range_counts(size)
     fresh: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     for number, rows in counts.items():
         known = kept.get(number)
@@ -63,8 +71,10 @@ def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str
                                              through_seq=number * size + size - 1))
     with _RANGES_LOCK:
         if key not in _RANGES and len(_RANGES) >= MAX_KEPT_QUEUES:
+            _SHAPES.pop(next(iter(_RANGES)), None)
             _RANGES.pop(next(iter(_RANGES)))
         _RANGES[key] = fresh
+        _SHAPES[key] = shape if sum(counts.values()) == shape[0] else (-1, None)  # moved meanwhile: look again
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for _, groups in fresh.values():
         _merge_raw(merged, groups)

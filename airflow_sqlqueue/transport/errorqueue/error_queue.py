@@ -162,6 +162,12 @@ class ErrorQueue:
             what=f"bound a scan of {self.name!r}", read_only=True)
         return None if end is None else int(end)
 
+    def count_and_last(self) -> tuple[int, int | None]:
+        """(rows, newest position or None): when both are as before, no row came or went."""
+        row = self.session.run(lambda cur: self.dialect.execute(cur, "count_and_last", None, **self.table.ids)
+                               .fetchone(), what=f"count {self.name!r}", read_only=True)
+        return int(row[0] or 0), None if row[1] is None else int(row[1])
+
     def range_counts(self, size: int) -> dict[int, int]:
         """Rows per range of ``size`` positions (range ``r`` holds positions ``r * size`` to ``r * size + size - 1``),
         from the position index alone."""

@@ -608,3 +608,7 @@ SELECT RowVersion FROM {queue} WITH (READPAST) WHERE RowVersion > %(after_seq)s 
 -- range_counts --
 -- Rows per range of %(batch_size)s positions (the RowVersion index, no row read): which ranges changed since their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
 SELECT RowVersion / %(batch_size)s, COUNT_BIG(*) FROM {queue} WITH (READPAST) GROUP BY RowVersion / %(batch_size)s
+
+-- count_and_last --
+-- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
+SELECT COUNT_BIG(*), MAX(RowVersion) FROM {queue} WITH (READPAST)

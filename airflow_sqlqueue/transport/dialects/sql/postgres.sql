@@ -543,3 +543,7 @@ SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq OFFSET %(batch_si
 -- Rows per range of %(batch_size)s positions (an index-only walk of seq, no row read): which ranges changed since
 -- their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
 SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
+
+-- count_and_last --
+-- Rows and the newest position (index-only): unchanged both, no row came or went (a new row gets a higher position).
+SELECT count(*), max(seq) FROM {queue}
