@@ -27,8 +27,9 @@ GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_typ
 #: it touched are counted again, and an unchanged queue costs one walk of the position index.
 RANGE = 10_000
 _RANGES: dict[tuple[str, str], dict[int, tuple[int, list[dict[str, Any]]]]] = {}
-#: Per error queue: (rows, newest position) when its ranges were last counted.
+#: Per error queue: (rows, newest position) when its ranges were last counted, and the groups merged then.
 _SHAPES: dict[tuple[str, str], tuple[int, int | None]] = {}
+_MERGED: dict[tuple[str, str], list[dict[str, Any]]] = {}
 _RANGES_LOCK = threading.Lock()
 MAX_KEPT_QUEUES = 64
 
@@ -56,11 +57,10 @@ def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str
     shape = errors.count_and_last()  # index-only: as before, nothing came or went
     with _RANGES_LOCK:
         kept = dict(_RANGES.get(key, {}))
-        unchanged = _SHAPES.get(key) == shape and key in _RANGES
-    if unchanged:
-        counts = {number: rows for number, (rows, _) in kept.items()}
-    else:
-        counts = errors.range_counts(size)
+        merged_before = _MERGED.get(key) if _SHAPES.get(key) == shape and key in _RANGES else None
+    if merged_before is not None:
+        return [dict(g) for g in merged_before], shape[0]
+    counts = errors.range_counts(size)
     fresh: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     for number, rows in counts.items():
         known = kept.get(number)
@@ -69,16 +69,18 @@ def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str
             continue
         fresh[number] = (rows, errors.groups(limit=MAX_GROUPS * 10, after_seq=number * size - 1,
                                              through_seq=number * size + size - 1))
-    with _RANGES_LOCK:
-        if key not in _RANGES and len(_RANGES) >= MAX_KEPT_QUEUES:
-            _SHAPES.pop(next(iter(_RANGES)), None)
-            _RANGES.pop(next(iter(_RANGES)))
-        _RANGES[key] = fresh
-        _SHAPES[key] = shape if sum(counts.values()) == shape[0] else (-1, None)  # moved meanwhile: look again
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for _, groups in fresh.values():
         _merge_raw(merged, groups)
     ordered = sorted(merged.values(), key=lambda g: -g["count"])[:MAX_GROUPS]
+    with _RANGES_LOCK:  # the ranges, the shape they were counted at and their merge: kept together
+        if key not in _RANGES and len(_RANGES) >= MAX_KEPT_QUEUES:
+            oldest = next(iter(_RANGES))
+            for kept_map in (_RANGES, _SHAPES, _MERGED):
+                kept_map.pop(oldest, None)
+        _RANGES[key] = fresh
+        _SHAPES[key] = shape if sum(counts.values()) == shape[0] else (-1, None)  # moved meanwhile: look again
+        _MERGED[key] = [dict(g) for g in ordered]
     return ordered, sum(counts.values())
 
 
