@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
+
 from airflow_sqlqueue.transport.wire import headers as h
 from tests.test_dashboard_api import (  # noqa: F401  (fixtures)
     CONN_ID,
@@ -181,18 +183,11 @@ def test_a_million_failed_rows_list_retry_and_delete_one_by_index_seeks(client: 
     with transport.session.connection() as conn:
         with conn.cursor() as cur:
             for name, params in (
-                    ("failed_page", {"after_seq": 0, "batch_size": 50, "headers_chars": 100, "body_bytes": 10,
-                                     "failed_q": None, "exception_type": None, "message_type": None,
-                                     "search": None, "search_wire": None, "search_json": None,
-                                     "search_ascii": None, "failed_q_missing": 0,
-                                     "exception_type_missing": 0, "message_type_missing": 0,
-                                     **{f"failed_q_{n}": None for n in range(2, 9)}}),
-                    ("failed_page", {"after_seq": 999_000, "batch_size": 50, "headers_chars": 100, "body_bytes": 10,
-                                     "failed_q": None, "exception_type": "System.TimeoutException",
-                                     "message_type": None, "search": None, "search_wire": None, "search_json": None,
-                                     "search_ascii": None, "failed_q_missing": 0,
-                                     "exception_type_missing": 0, "message_type_missing": 0,
-                                     **{f"failed_q_{n}": None for n in range(2, 9)}}),
+                    ("failed_page", {**FailedFilter().params(), "after_seq": 0, "through_seq": 2**63 - 1,
+                                     "batch_size": 50, "headers_chars": 100, "body_bytes": 10}),
+                    ("failed_page", {**FailedFilter(exception_type="System.TimeoutException").params(),
+                                     "after_seq": 999_000, "through_seq": 2**63 - 1, "batch_size": 50,
+                                     "headers_chars": 100, "body_bytes": 10}),
                     ("lock_position", {"seq": last.seq, "id": str(last.id)}),
                     ("delete_position", {"seq": last.seq, "id": str(last.id)})):
                 sql, args = transport.dialect.prepare(name, params, table.ids)

@@ -91,3 +91,11 @@ def test_the_batched_retry_dag_follows_a_stored_redirect(airflow_db: None, queue
     assert str(dag_run.state) == "success", airflow_env.task_states(dag_run)
     assert queues.count("orders") == 0 and queues.count("error") == 0
     assert sorted(str(r.id) for r in queues.browse("orders_v2", limit=100)) == sorted(made)
+
+
+def test_the_page_has_a_retry_redirects_section(client: Any) -> None:  # noqa: F811
+    page = client.get(f"{PREFIX}/", headers=as_user("viewer"))
+    assert 'id="retry-redirects"' in page.text and "assets/redirects.js" in page.text
+    script = client.get(f"{PREFIX}/assets/redirects.js", headers=as_user("viewer"))
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert "/redirects" in script.text and "textContent" in script.text

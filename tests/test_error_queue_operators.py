@@ -57,3 +57,16 @@ def test_operators_leave_collisions_and_foreign_targets_in_the_error_queue(queue
     assert rows(t, "payroll") == before["payroll"]
     assert rows(t, "orders") == sorted([*before["orders"], (str(good), b"good")])
     assert rows(t, "error") == [r for r in before["error"] if r[0] != str(good)]
+
+
+@pytest.mark.parametrize("operator", ["SqlQueueRetryErrorsOperator", "SqlQueueBatchRetryOperator"])
+def test_operators_follow_a_stored_retry_redirect(queues, operator: str) -> None:
+    import airflow_sqlqueue.operators as operators
+
+    conn, t = queues
+    sent = t.send("error", OutgoingMessage(b"to payroll", {h.FAILED_Q: "orders"}))
+    t.errors().retry_redirects.create("orders", "payroll", created_by="op")
+    result = getattr(operators, operator)(task_id="retry", sqlqueue_conn_id=conn,
+                                          allowed_queues=["orders", "payroll"]).execute({})
+    assert result["returned"] == {"payroll": 1}
+    assert rows(t, "payroll") == [(str(sent), b"to payroll")] and rows(t, "orders") == []

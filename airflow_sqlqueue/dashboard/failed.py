@@ -8,11 +8,12 @@ reason, and nothing is changed.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.previews import MAX_GROUPS, FailedFilter, Position
 
 from .queues import canonical
 
@@ -21,8 +22,72 @@ GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_typ
             "failed_q": ("failed_q",), "all": ("failed_q", "exception_type", "message_type")}
 
 
-def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type") -> dict[str, Any]:
+#: Groups are counted per range of this many positions and kept in the API server's memory per error queue: a range
+#: whose row count is unchanged (rows only ever leave a range) is not read again, so after a retry only the ranges
+#: it touched are counted again, and an unchanged queue costs one walk of the position index.
+RANGE = 10_000
+_RANGES: dict[tuple[str, str], dict[int, tuple[int, list[dict[str, Any]]]]] = {}
+#: Per error queue: (rows, newest position) when its ranges were last counted, and the groups merged then.
+_SHAPES: dict[tuple[str, str], tuple[int, int | None]] = {}
+_MERGED: dict[tuple[str, str], list[dict[str, Any]]] = {}
+_RANGES_LOCK = threading.Lock()
+MAX_KEPT_QUEUES = 64
+
+
+def _merge_raw(into: dict[tuple[Any, ...], dict[str, Any]], groups: Iterable[dict[str, Any]]) -> None:
+    for group in groups:
+        key = (group["failed_q"], group["exception_type"], group["message_type"])
+        have = into.get(key)
+        if have is None:
+            into[key] = dict(group)
+            continue
+        have["count"] += group["count"]
+        for name, pick in (("first_failure", min), ("last_failure", max)):
+            values = [v for v in (have[name], group[name]) if v]
+            have[name] = pick(values) if values else None
+
+
+def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str,
+                  size: int = RANGE) -> tuple[list[dict[str, Any]], int]:
+    """The groups of the whole error queue (as ``transport.failed_groups``) and its exact row count, counting again
+    only the ranges of positions whose row count changed since this API server last counted them (none, without
+    walking the ranges, when the row count and the newest position are as they were)."""
+    errors = transport.errors(error_queue)
+    key = (cache_key, errors.name)
+    shape = errors.count_and_last()  # index-only: as before, nothing came or went
+    with _RANGES_LOCK:
+        kept = dict(_RANGES.get(key, {}))
+        merged_before = _MERGED.get(key) if _SHAPES.get(key) == shape and key in _RANGES else None
+    if merged_before is not None:
+        return [dict(g) for g in merged_before], shape[0]
+    counts = errors.range_counts(size)
+    fresh: dict[int, tuple[int, list[dict[str, Any]]]] = {}
+    for number, rows in counts.items():
+        known = kept.get(number)
+        if known is not None and known[0] == rows:
+            fresh[number] = known
+            continue
+        fresh[number] = (rows, errors.groups(limit=MAX_GROUPS * 10, after_seq=number * size - 1,
+                                             through_seq=number * size + size - 1))
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for _, groups in fresh.values():
+        _merge_raw(merged, groups)
+    ordered = sorted(merged.values(), key=lambda g: -g["count"])[:MAX_GROUPS]
+    with _RANGES_LOCK:  # the ranges, the shape they were counted at and their merge: kept together
+        if key not in _RANGES and len(_RANGES) >= MAX_KEPT_QUEUES:
+            oldest = next(iter(_RANGES))
+            for kept_map in (_RANGES, _SHAPES, _MERGED):
+                kept_map.pop(oldest, None)
+        _RANGES[key] = fresh
+        _SHAPES[key] = shape if sum(counts.values()) == shape[0] else (-1, None)  # moved meanwhile: look again
+        _MERGED[key] = [dict(g) for g in ordered]
+    return ordered, sum(counts.values())
+
+
+def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type",
+                  cache_key: str | None = None) -> dict[str, Any]:
     """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact.
+    With ``cache_key`` (the connection id) they are counted per range of positions and kept (``ranged_groups``).
 
     A field absent or empty is one group, None (the page's "(none)"); each group carries the ``filter`` that lists
     exactly its messages (``missing`` names its None fields)."""
@@ -30,7 +95,11 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
         raise ValueError(f"group by one of {sorted(GROUP_BY)}, not {by!r}")
     keys = GROUP_BY[by]
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for group in transport.failed_groups(error_queue):
+    if cache_key is not None:
+        raw, total = ranged_groups(transport, error_queue, cache_key)
+    else:
+        raw, total = transport.failed_groups(error_queue), None
+    for group in raw:
         group = {**group, **{k: group[k] or None for k in keys}}  # absent or empty: one "(none)" group
         if group.get("failed_q"):  # one queue, one group, whatever spelling its messages carry
             group["failed_q"] = canonical(transport, group["failed_q"])
@@ -45,21 +114,36 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
     for group in groups:  # what the page sends to list (or retry, or archive) exactly this group
         group["filter"] = {**{k: group[k] for k in keys if group[k] is not None},
                            "missing": [k for k in keys if group[k] is None]}
-    return {"error_queue": canonical(transport, error_queue), "by": by, "total": transport.count(error_queue),
+    return {"error_queue": canonical(transport, error_queue), "by": by,
+            "total": transport.count(error_queue) if total is None else total,
             "grouped": sum(g["count"] for g in groups), "groups": groups}
 
 
+#: A filtered or searched page reads at most this many rows (the page may then hold fewer messages than asked, with
+#: ``next_after`` where the next read starts): a rare group or a search that finds nothing costs the same on a
+#: queue of a million rows as on a small one.
+SCAN_ROWS = 10_000
+
+
+def _filtered(where: FailedFilter) -> bool:
+    return bool(where.failed_q or where.exception_type or where.message_type or where.search or where.missing)
+
+
 def failed_messages(transport: SqlQueueTransport, error_queue: str, *, after_seq: int, limit: int,
-                    where: FailedFilter) -> dict[str, Any]:
-    """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page."""
-    page = transport.failed_page(error_queue, after_seq=after_seq, limit=limit, where=where)
+                    where: FailedFilter, scan_rows: int = SCAN_ROWS) -> dict[str, Any]:
+    """One page of previews after position ``after_seq``; ``next_after`` is the position of the next page (null on
+    the last). A filtered page reads at most ``scan_rows`` rows: it may hold fewer than ``limit`` messages and still
+    have a ``next_after``."""
+    errors = transport.errors(error_queue)
+    end = errors.scan_end(after_seq, max(scan_rows, limit)) if _filtered(where) else None
+    page = errors.page(after_seq=after_seq, limit=limit, where=where, through_seq=end)
     messages = [m.as_dict() for m in page]
     for message in messages:
         if message["failed_q"]:
             message["failed_q"] = canonical(transport, message["failed_q"])
     return {"error_queue": canonical(transport, error_queue), "after": after_seq, "limit": limit,
             "messages": messages,
-            "next_after": page[-1].seq if len(page) == limit else None}
+            "next_after": page[-1].seq if len(page) == limit else end}
 
 
 def retry_messages(transport: SqlQueueTransport, error_queue: str, positions: list[Position],

@@ -10,7 +10,9 @@ measured over one window (:func:`flow_window`: the latest recorded sample to now
 the latest is less than a minute old), so they agree: sent per minute is never below the net flow.
 Critical time is the age of the oldest message, from its TimeSent.
 
-The error queue's depth is its exact row count (retries from the middle leave gaps the cheap estimate counts).
+The error queue's depth is its exact row count (retries from the middle leave gaps the cheap estimate counts), or
+above 100,000 rows the database's own row estimate (PostgreSQL's ``reltuples``, SQL Server's partition counts),
+shown as estimated (``depth_exact`` false).
 """
 
 from __future__ import annotations
@@ -101,10 +103,11 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
     for queue in resolve_queues(conn, transport):
         thresholds = thresholds_for(config, conn, queue, transport)
         is_error_queue = canonical(transport, queue) == canonical(transport, error_queue)
+        exact = False
         try:
             measured = sample(transport, queue)
-            if is_error_queue:
-                measured["depth"] = transport.count(queue)
+            if is_error_queue:  # counted, or the database's estimate above ESTIMATE_ABOVE rows (no scan)
+                measured["depth"], exact = transport.errors(queue).count_or_estimate()
         except QueueNotFoundError:
             rows.append({"queue": canonical(transport, queue), "exists": False, "depth": None,
                          "oldest_age_seconds": None,
@@ -126,7 +129,7 @@ def connection_queues(config: MaintenanceConfig, conn: ConnectionConfig, transpo
                      "breaches": breaches(measured, thresholds),
                      "net_flow_per_minute": net_flow_per_minute(history, live),
                      "throughput_per_minute": sent_per_minute(history, live),
-                     "is_error_queue": is_error_queue, "depth_exact": is_error_queue})
+                     "is_error_queue": is_error_queue, "depth_exact": is_error_queue and exact})
     return rows
 
 

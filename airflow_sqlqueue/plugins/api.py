@@ -62,7 +62,8 @@ from .texts import MAX_SEQ, Field_, Text
 log = logging.getLogger(__name__)
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "icon.svg": "image/svg+xml",
           "icon-dark.svg": "image/svg+xml", "archive.js": "text/javascript", "message.js": "text/javascript",
-          "groups.js": "text/javascript", "common.js": "text/javascript", "workbench.css": "text/css"}
+          "groups.js": "text/javascript", "common.js": "text/javascript", "workbench.css": "text/css",
+          "redirects.js": "text/javascript"}
 MAX_SELECTED = 1000
 #: The errors every API route may answer, each a ``Problem`` (documented in the OpenAPI document).
 PROBLEMS: dict[int | str, dict[str, Any]] = {code: {"model": models.Problem, "description": what} for code, what in (
@@ -299,7 +300,7 @@ def create_app() -> FastAPI:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
-                        **failed.failed_groups(transport, conn.error_queue, by)}
+                        **failed.failed_groups(transport, conn.error_queue, by, cache_key=conn_id)}
 
         return _guard(conn_id, work)
 

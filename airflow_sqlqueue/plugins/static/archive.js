@@ -47,7 +47,7 @@
       const data = await api(connPath());
       st.canEdit = data.can_edit;
       $("archive-now").disabled = !st.canEdit;
-      $("archive-now").title = st.canEdit ? "" : "archiving needs edit access to this connection";
+      $("archive-now").title = st.canEdit ? "" : "archiving needs the 'archive' permission on this connection";
       const body = $("archive-list").querySelector("tbody");
       body.replaceChildren(...data.archives.map((a) => el("tr", { "data-archive": a.archive_id },
         el("td", {}, el("button", { type: "button", class: "btn link", onclick: () => openArchive(a.archive_id) },

@@ -433,15 +433,19 @@ async function loadPage() {
     state.messages.clear();
     body.replaceChildren(...data.messages.flatMap(messageRow));
     const filters = filterWords(state.filter);
-    if (state.search) filters.push(`header text containing "${state.search}"`);
+    if (state.search) filters.push(`text containing "${state.search}" (headers, Id or body)`);
+    // a filtered page reads a bounded number of rows: fewer listed with a next page means "read on"
+    const partial = data.next_after !== null && data.messages.length < PAGE_SIZE;
     caption.textContent = `${state.total ?? "?"} failed messages in ${data.error_queue}` +
       (filters.length ? `; showing those with ${filters.join(", ")}` : "") +
-      `; page ${state.page + 1}: ${data.messages.length} listed`;
+      `; page ${state.page + 1}: ${data.messages.length} listed` +
+      (partial ? ` (looked up to position ${data.next_after}; Next looks further)` : "");
     document.getElementById("page-label").textContent = `page ${state.page + 1}`;
     document.getElementById("prev-page").disabled = state.page === 0;
     document.getElementById("first-page").disabled = state.page === 0;
     document.getElementById("next-page").disabled = state.next === null;
-    if (!data.messages.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "7" }, "no failed messages here")));
+    if (!data.messages.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "7" },
+      partial ? `none up to position ${data.next_after}: Next looks further` : "no failed messages here")));
     if (window.SQGroups) window.SQGroups.decorateRows(state.conn, data.messages);  // links and retry history
   } catch (e) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: "7", class: "error" }, e.message)));

@@ -46,6 +46,10 @@ from .previews import (
 from .redirects import RetryRedirects
 
 log = logging.getLogger(__name__)
+#: Above this many rows (as the database estimates them) the error queue's depth is the estimate, not a count.
+ESTIMATE_ABOVE = 100_000
+#: The largest position (a signed 64-bit identity).
+MAX_POSITION = 2**63 - 1
 #: Rows per transaction when the whole error queue is walked.
 WALK_BATCH = 500
 #: The longest a batched retry sleeps before it asks again whether it should stop.
@@ -141,10 +145,45 @@ class ErrorQueue:
         return int(self.session.run(lambda cur: self.dialect.scalar(cur, "count_rows", None, **self.table.ids) or 0,
                                     what=f"count {self.name!r}", read_only=True))
 
-    def groups(self, limit: int = MAX_GROUPS) -> list[dict[str, Any]]:
+    def count_or_estimate(self, threshold: int = ESTIMATE_ABOVE) -> tuple[int, bool]:
+        """(rows, exact): the database's own estimate when it says more than ``threshold`` rows (PostgreSQL's
+        reltuples, SQL Server's partition counts: no scan), else the exact count."""
+        estimate = self.session.run(lambda cur: self.dialect.scalar(
+            cur, "estimate_rows", {"qualified_name": self.table.ids["queue"]}, **self.table.ids),
+            what=f"estimate {self.name!r}", read_only=True)
+        if estimate is not None and int(estimate) > threshold:
+            return int(estimate), False
+        return self.count(), True
+
+    def scan_end(self, after_seq: int, rows: int) -> int | None:
+        """The position ``rows`` rows after ``after_seq`` (an index walk), or None when fewer rows follow."""
+        end = self.session.run(lambda cur: self.dialect.scalar(cur, "scan_end", {
+            "after_seq": int(after_seq), "batch_size": int(rows)}, **self.table.ids),
+            what=f"bound a scan of {self.name!r}", read_only=True)
+        return None if end is None else int(end)
+
+    def count_and_last(self) -> tuple[int, int | None]:
+        """(rows, newest position or None): when both are as before, no row came or went."""
+        row = self.session.run(lambda cur: self.dialect.execute(cur, "count_and_last", None, **self.table.ids)
+                               .fetchone(), what=f"count {self.name!r}", read_only=True)
+        return int(row[0] or 0), None if row[1] is None else int(row[1])
+
+    def range_counts(self, size: int) -> dict[int, int]:
+        """Rows per range of ``size`` positions (range ``r`` holds positions ``r * size`` to ``r * size + size - 1``),
+        from the position index alone."""
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "range_counts", {"batch_size": int(size)},
+                                                                 **self.table.ids).fetchall(),
+                                what=f"count ranges of {self.name!r}", read_only=True)
+        return {int(r): int(n) for r, n in rows}
+
+    def groups(self, limit: int = MAX_GROUPS, *, after_seq: int = 0,
+               through_seq: int | None = None) -> list[dict[str, Any]]:
         """Counts of failed messages by FailedQ, exception type and message type, largest first (at most
-        ``limit``), with the first and last time of failure."""
-        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_groups", {"batch_size": limit},
+        ``limit``), with the first and last time of failure; only positions after ``after_seq`` up to
+        ``through_seq`` when given."""
+        params = {"batch_size": limit, "after_seq": int(after_seq),
+                  "through_seq": MAX_POSITION if through_seq is None else int(through_seq)}
+        rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_groups", params,
                                                                  **self.table.ids).fetchall(),
                                 what=f"group {self.name!r}", read_only=True)
         groups = []
@@ -156,14 +195,17 @@ class ErrorQueue:
         return groups
 
     def page(self, *, after_seq: int = 0, limit: int = 50, where: FailedFilter | None = None,
-             headers_chars: int = HEADERS_PREVIEW_CHARS, body_bytes: int = BODY_PREVIEW_BYTES) -> list[FailedPreview]:
-        """Up to ``limit`` failed messages after position ``after_seq``, oldest first, matching ``where``."""
+             headers_chars: int = HEADERS_PREVIEW_CHARS, body_bytes: int = BODY_PREVIEW_BYTES,
+             through_seq: int | None = None) -> list[FailedPreview]:
+        """Up to ``limit`` failed messages after position ``after_seq`` (and up to ``through_seq``, when given),
+        oldest first, matching ``where``."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
         where = where or FailedFilter()
         if where.failed_q:  # every way of writing that queue in a FailedQ header, in one statement
             where = replace(where, failed_q_also=tuple(self.spellings_of(where.failed_q)[1:]))
         params = {"after_seq": int(after_seq), "batch_size": limit, "headers_chars": headers_chars,
+                  "through_seq": MAX_POSITION if through_seq is None else int(through_seq),
                   "body_bytes": body_bytes, **where.params()}
         rows = self.session.run(lambda cur: self.dialect.execute(cur, "failed_page", params,
                                                                  **self.table.ids).fetchall(),

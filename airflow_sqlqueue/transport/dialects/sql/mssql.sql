@@ -470,7 +470,7 @@ DELETE TOP (%(batch_size)s) FROM {table} WHERE ProcessedAt < DATEADD(second, -%(
 SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (never sent whole); grouping fields are read only from valid JSON (ISJSON) of at most one Mi characters, so no
 -- row can make the statement fail or run long. Filters: NULL matches any row; %(search)s is text the headers contain;
 -- <field>_missing = 1 matches only rows without that field (absent or empty).
@@ -496,7 +496,7 @@ FROM (
            LEFT(Headers, %(headers_chars)s) AS headers_preview, LEN(Headers) AS headers_length,
            SUBSTRING(Body, 1, %(body_bytes)s) AS body_preview, DATALENGTH(Body) AS body_length
     FROM {queue} WITH (READPAST)
-    WHERE RowVersion > %(after_seq)s
+    WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
 ) AS f
 WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(failed_q_3)s, %(failed_q_4)s,
        %(failed_q_5)s, %(failed_q_6)s, %(failed_q_7)s, %(failed_q_8)s))
@@ -513,6 +513,7 @@ WHERE (%(failed_q)s IS NULL OR f.failed_q IN (%(failed_q)s, %(failed_q_2)s, %(fa
 ORDER BY f.RowVersion
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (valid JSON only, as failed_page); largest groups first.
 SELECT TOP (%(batch_size)s) f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure),
@@ -526,6 +527,7 @@ FROM (
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
                AS time_of_failure
     FROM {queue} WITH (READPAST)
+    WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
 ) AS f
 GROUP BY f.failed_q, f.exception_type, f.message_type
 ORDER BY COUNT_BIG(*) DESC, f.failed_q, f.exception_type, f.message_type
@@ -598,3 +600,19 @@ DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
 -- position_of_id --
 -- The position of the row with this Id, if any (a scan: the table has no index on Id; one message page, not a loop).
 SELECT TOP (1) RowVersion FROM {queue} WHERE Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- estimate_rows --
+-- The rows of a table as its partitions count them (sys.partitions, heap or clustered index; no scan): what the error queue's depth shows above a threshold, instead of counting a million rows.
+SELECT SUM(p.rows) FROM sys.partitions AS p WHERE p.object_id = OBJECT_ID(%(qualified_name)s) AND p.index_id IN (0, 1)
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most the rows up to it, so a rare group or a search costs the same on any queue size.
+SELECT RowVersion FROM {queue} WITH (READPAST) WHERE RowVersion > %(after_seq)s ORDER BY RowVersion OFFSET %(batch_size)s - 1 ROWS FETCH NEXT 1 ROWS ONLY
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (the RowVersion index, no row read): which ranges changed since their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT RowVersion / %(batch_size)s, COUNT_BIG(*) FROM {queue} WITH (READPAST) GROUP BY RowVersion / %(batch_size)s
+
+-- count_and_last --
+-- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
+SELECT COUNT_BIG(*), MAX(RowVersion) FROM {queue} WITH (READPAST)

@@ -435,7 +435,7 @@ DELETE FROM {table} WHERE (consumer, message_id) IN (
 SELECT count(*) FROM {queue}
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (never sent whole). The fields it groups and filters by are the JSON string text after '"<name>":"' (or
 -- '"<name>": "') up to the next quote (FailedQ, a canonical address with quotes on PostgreSQL, is read with its
 -- escaped quotes, backslashes and slashes undone; other fields are cut at an escaped quote); the exception message and
@@ -465,7 +465,7 @@ FROM (
            left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
            substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length
     FROM {queue}
-    WHERE seq > %(after_seq)s
+    WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
 WHERE (%(failed_q)s::text IS NULL OR f.failed_q IN (%(failed_q)s::text, %(failed_q_2)s::text, %(failed_q_3)s::text,
        %(failed_q_4)s::text, %(failed_q_5)s::text, %(failed_q_6)s::text, %(failed_q_7)s::text, %(failed_q_8)s::text))
@@ -482,6 +482,7 @@ ORDER BY f.seq
 LIMIT %(batch_size)s
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (fields read as in failed_page, one pass over the queue); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
@@ -495,6 +496,7 @@ FROM (
            COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
                     NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
     FROM {queue}
+    WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 ORDER BY count(*) DESC, failed_q, exception_type, message_type
@@ -568,3 +570,22 @@ DELETE FROM {table} WHERE source_queue = %(source_queue)s
 -- position_of_id --
 -- The position of the row with this Id, if any (the primary key; the failed-message page finds a message by Id).
 SELECT seq FROM {queue} WHERE id = %(id)s::uuid
+
+-- estimate_rows --
+-- The planner's row estimate of a table (pg_class.reltuples, kept by VACUUM and ANALYZE; -1 or NULL before the
+-- first): what the error queue's depth shows above a threshold, instead of counting a million rows.
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(qualified_name)s)
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
+-- the rows up to it (an index-only walk of seq), so a rare group or a search costs the same on any queue size.
+SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq OFFSET %(batch_size)s - 1 LIMIT 1
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (an index-only walk of seq, no row read): which ranges changed since
+-- their groups were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
+
+-- count_and_last --
+-- Rows and the newest position (index-only): unchanged both, no row came or went (a new row gets a higher position).
+SELECT count(*), max(seq) FROM {queue}

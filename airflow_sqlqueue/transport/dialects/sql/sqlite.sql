@@ -248,7 +248,7 @@ DELETE FROM {table} WHERE rowid IN (
 SELECT count(*) FROM {queue}
 
 -- failed_page --
--- One page of an error queue after a position, for the browser. Headers and body are cut to a preview here
+-- One page of an error queue after a position (and up to %(through_seq)s), for the browser. Headers and body are cut to a preview here
 -- (bytes, never sent whole); every text comes back as a BLOB, so a row other programs wrote with loose types
 -- or invalid UTF-8 cannot make the statement fail. Grouping fields are read only from valid JSON text of at most
 -- one MiB (the provider sends at most 1,000,000 characters): huge headers cannot make a page run long.
@@ -282,7 +282,7 @@ FROM (
            length(CAST(body AS BLOB)) AS body_length,
            headers, body
     FROM (SELECT id, seq, headers, body, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
-          FROM {queue} WHERE seq > %(after_seq)s)
+          FROM {queue} WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
 ) AS f
 WHERE (%(failed_q)s IS NULL OR f.failed_q IN (CAST(%(failed_q)s AS BLOB), CAST(%(failed_q_2)s AS BLOB),
        CAST(%(failed_q_3)s AS BLOB), CAST(%(failed_q_4)s AS BLOB), CAST(%(failed_q_5)s AS BLOB),
@@ -303,6 +303,7 @@ ORDER BY f.seq
 LIMIT %(batch_size)s
 
 -- failed_groups --
+-- Only rows after %(after_seq)s up to %(through_seq)s (a range of positions: the page keeps groups per range).
 -- Failed messages counted by the queue they failed in, exception type and message type, with the first and
 -- last failure (read from valid JSON text only, returned as BLOBs as in failed_page); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
@@ -314,7 +315,8 @@ FROM (
            END AS message_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
                AS time_of_failure
-    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue})
+    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue}
+          WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 ORDER BY count(*) DESC, failed_q, exception_type, message_type
@@ -384,3 +386,21 @@ DELETE FROM {table} WHERE SourceQueue = %(source_queue)s
 -- position_of_id --
 -- The position of the row with this Id, if any (the unique index on id; the failed-message page finds a message by Id).
 SELECT seq FROM {queue} WHERE id = %(id)s
+
+-- estimate_rows --
+-- No row estimate on SQLite: the error queue's depth is always counted (NULL).
+SELECT NULL WHERE %(qualified_name)s IS NOT NULL
+
+-- scan_end --
+-- The position %(batch_size)s rows after %(after_seq)s (NULL when fewer rows follow): a filtered page reads at most
+-- the rows up to it, so a rare group or a search costs the same on any queue size.
+SELECT seq FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT 1 OFFSET %(batch_size)s - 1
+
+-- range_counts --
+-- Rows per range of %(batch_size)s positions (the seq index, no row read): which ranges changed since their groups
+-- were counted (rows are only ever taken out of a range: a new row gets a new, higher position).
+SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
+
+-- count_and_last --
+-- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
+SELECT count(*), max(seq) FROM {queue}
