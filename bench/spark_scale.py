@@ -70,6 +70,27 @@ def on_cluster(batches: Path, results: Path, folder: Path) -> dict[str, Any]:
         cluster.stop()
 
 
+def fill_and_drain(db: BenchDb, args: argparse.Namespace, batches: Path, record: dict[str, Any]) -> None:
+    """Fill the queue (off the clock), drain it to ``batches`` with the drain operator's path (timed)."""
+    db.reset(QUEUE)
+    started = time.monotonic()
+    chunk = 1_000_000  # one fill statement per million rows (WAL and memory per statement stay bounded)
+    for first in range(0, args.messages, chunk):
+        db.execute("fill_typed", QUEUE, {"count": min(chunk, args.messages - first), "types": list(TYPES),
+                                         "endpoints": list(ENDPOINTS)})
+    db.vacuum(QUEUE)
+    db.settle()
+    record["fill_seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(record), flush=True)
+    work = project_drain(db, batches, batch=args.batch_size, receivers=args.receivers)
+    started = time.monotonic()
+    record["drained"] = work()
+    record["drain_seconds"] = round(time.monotonic() - started, 1)
+    record["drain_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    db.reset(QUEUE)  # the emptied table's space back before Spark runs
+    print(json.dumps(record), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_cluster":
@@ -83,35 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--work", type=Path, required=True, help="scratch folder (deleted afterwards)")
     parser.add_argument("--out", type=Path, help="append the result as one JSON line to this file")
+    parser.add_argument("--inputs", type=Path, help="drained Parquet files to use (no fill, no drain; kept)")
     args = parser.parse_args(argv)
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
-    batches = args.work / "batches"
+    batches = args.inputs or args.work / "batches"
     shutil.rmtree(args.work, ignore_errors=True)
-    db = BenchDb.open("postgres", args.pg_url)
+    db = None if args.inputs else BenchDb.open("postgres", args.pg_url)
     record: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "messages": args.messages, "batch_size": args.batch_size, "receivers": args.receivers,
                               "cpus": os.cpu_count(), "load_average_start": os.getloadavg(),
                               "command": "python -m bench.spark_scale " + " ".join(argv)}
     try:
-        db.reset(QUEUE)
-        started = time.monotonic()
-        chunk = 1_000_000  # one fill statement per million rows (WAL and memory per statement stay bounded)
-        for first in range(0, args.messages, chunk):
-            db.execute("fill_typed", QUEUE, {"count": min(chunk, args.messages - first), "types": list(TYPES),
-                                             "endpoints": list(ENDPOINTS)})
-        db.vacuum(QUEUE)
-        db.settle()
-        record["fill_seconds"] = round(time.monotonic() - started, 1)
-        print(json.dumps(record), flush=True)
-        work = project_drain(db, batches, batch=args.batch_size, receivers=args.receivers)
-        started = time.monotonic()
-        record["drained"] = work()
-        record["drain_seconds"] = round(time.monotonic() - started, 1)
-        record["drain_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        if db is not None:
+            fill_and_drain(db, args, batches, record)
         files = list(batches.glob("*.parquet"))
         record["files"], record["parquet_bytes"] = len(files), sum(p.stat().st_size for p in files)
-        db.reset(QUEUE)  # the emptied table's space back before Spark runs
-        print(json.dumps(record), flush=True)
         for master in masters:
             results = args.work / f"results-{master}"
             if master == "local":
@@ -121,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             elif master == "standalone":
                 found = on_cluster(batches, results, args.work / "cluster")
                 summary = found["summary"]
-                run = {"seconds": round(found["seconds"], 1), "driver_peak_rss_mb": round(found["driver_peak"] / 2**20),
+                run = {"seconds": round(found["seconds"], 1),
+                       "driver_peak_rss_mb": round(found["driver_peak"] / 2**20),
                        "workers_peak_rss_mb": round(found["workers_peak"] / 2**20),
                        "executors_ran_on": found["executors_ran_on"], "executor_conf": EXECUTOR_CONF}
             else:
@@ -129,14 +137,15 @@ def main(argv: list[str] | None = None) -> int:
             run.update(messages=summary["messages"], duplicates_removed=summary["duplicates_removed"],
                        driver_memory=summary.get("driver_memory"), inner_seconds=summary.get("inner_seconds"),
                        counts={name: t["count"] for name, t in summary["types"].items()})
-            if summary["messages"] != args.messages:
+            if summary["messages"] != args.messages and not args.inputs:
                 raise SystemExit(f"{master}: {summary['messages']} messages in the summary, {args.messages} sent")
             record[master] = run
             print(json.dumps(record), flush=True)
             shutil.rmtree(results, ignore_errors=True)
     finally:
         record["load_average_end"] = os.getloadavg()
-        db.close()
+        if db is not None:
+            db.close()
         shutil.rmtree(args.work, ignore_errors=True)
     if args.out:
         with open(args.out, "a") as f:
