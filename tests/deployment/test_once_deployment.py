@@ -9,6 +9,7 @@ every message sent; none left in the queue. Figures are printed at the end (docs
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from packaging.version import Version
 
 from airflow_sqlqueue.transport import SqlQueueTransport
 from tests.deployment.harness import PG_URL, Deployment, wait_for
@@ -30,6 +32,7 @@ pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent
 DAG_ID, SERIAL_DAG_ID, CONTROL_DAG_ID = "deploy_once", "deploy_once_serial", "deploy_once_serial_control"
 HANDLE_TIMEOUT = 180
+AIRFLOW_VERSION = Version(importlib.metadata.version("apache-airflow")).release[:2]
 FIGURES: list[dict[str, Any]] = []
 COLUMNS = ("scenario", "sent", "asset events", "DAG runs", "events in no run", "runs that handled", "handled once",
            "handled twice", "lost", "left in queue")
@@ -244,14 +247,18 @@ def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: De
         wait_for("a run of the max_active_runs=1 DAG in progress", running, 120, interval=0.2,
                  hint=once_deployment.where_logs())
         send(20)
-        time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps
+        time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps (15 s)
         send(20)
+        wait_for("the round's run to end", lambda: not running(), 120, interval=0.2)
     row = messages.wait_and_count()
     wait_for("the control DAG to settle", control.settled, 120, interval=1, hint=once_deployment.where_logs())
     control_row = control.count()
     FIGURES.append(control_row)
     print(control_row)
     check_once(row)
+    if AIRFLOW_VERSION < (3, 4):  # the scenario reaches the window the fix is for (Airflow 3.4 changes this code)
+        assert control_row["events in no run"] > 0 and control_row["lost"] > 0, (
+            "the control left no event in no run: the bursts did not land while a run was in progress", control_row)
 
 
 def scheduler_restart(deployment: Deployment, name: str, sig: int) -> None:
