@@ -53,6 +53,7 @@ def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
                             env={"SQLQUEUE_DEPLOY_QUEUE": queue, "SQLQUEUE_DEPLOY_SERIAL_QUEUE": serial_queue,
                                  "SQLQUEUE_DEPLOY_CONTROL_QUEUE": control_queue,
                                  "SQLQUEUE_DEPLOY_HANDLED": handled, "SQLQUEUE_DEPLOY_HOLD_DIR": str(hold),
+                                 "SQLQUEUE_DEPLOY_INBOX": f'"{schema}"."SqlQueueInbox"',
                                  # a killed scheduler's tasks are adopted by the next one at this interval
                                  "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20"},
                             connections={"sqlqueue_default": PG_URL})
@@ -225,31 +226,41 @@ def test_worker_sigkill_mid_transaction(once_deployment: Deployment) -> None:
 
 def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: Deployment) -> None:
     """apache/airflow#56050: events stored while a max_active_runs=1 DAG runs can be left out of the next run and
-    wait for the next message. Three rounds of bursts sent while a run is in progress, then nothing more: every
-    message reaches a run (handle_once's later_events). The control DAG (later_events=False) gets the same sends
-    at the same moments; what it leaves waiting is printed, not asserted (it is Airflow's behaviour)."""
+    wait for the next message. Three rounds of three bursts, each stored while a run is held in progress, then
+    nothing more: every message reaches a run (handle_once's later_events). The control DAG (later_events=False)
+    gets the same sends; on Airflow < 3.4 it must show events in no run and messages waiting (the scenario reaches
+    the window the fix is for)."""
     messages = Messages(once_deployment, "max_active_runs=1, handle_once (later_events): 3 rounds of 3 bursts of 20 "
                         "during a run", queue_of(once_deployment, "SQLQUEUE_DEPLOY_SERIAL_QUEUE"), SERIAL_DAG_ID)
     control = Messages(once_deployment, "control: the same without later_events",
                        queue_of(once_deployment, "SQLQUEUE_DEPLOY_CONTROL_QUEUE"), CONTROL_DAG_ID)
 
+    hold = once_deployment.hold  # type: ignore[attr-defined]
+
     def running() -> bool:
         once_deployment.check_running()
-        return bool(once_deployment.query(
-            "SELECT 1 FROM task_instance WHERE dag_id = %s AND state = 'running'", (SERIAL_DAG_ID,)))
+        return len(once_deployment.query(
+            "SELECT DISTINCT dag_id FROM task_instance WHERE dag_id IN (%s, %s) AND state = 'running'",
+            (SERIAL_DAG_ID, CONTROL_DAG_ID))) == 2
 
-    def send(n: int) -> None:
+    def send_and_store(n: int) -> None:
+        """Send ``n`` to each queue and wait until each burst is in a stored event."""
+        before = messages.stored_events(), control.stored_events()
         messages.send(n)
         control.send(n)
+        wait_for("the burst's events", lambda: messages.stored_events() > before[0]
+                 and control.stored_events() > before[1], 60, interval=0.2, hint=once_deployment.where_logs())
 
     for _ in range(3):
-        send(20)
-        wait_for("a run of the max_active_runs=1 DAG in progress", running, 120, interval=0.2,
-                 hint=once_deployment.where_logs())
-        send(20)
-        time.sleep(5.5)  # the next event of the queue (event_interval) while the run still sleeps (15 s)
-        send(20)
-        wait_for("the round's run to end", lambda: not running(), 120, interval=0.2)
+        (hold / "hold-serial").touch()  # runs stay in progress until the round's bursts are stored
+        try:
+            send_and_store(20)
+            wait_for("a run of each max_active_runs=1 DAG in progress", running, 120, interval=0.2,
+                     hint=once_deployment.where_logs())
+            send_and_store(20)
+            send_and_store(20)
+        finally:
+            (hold / "hold-serial").unlink(missing_ok=True)
     row = messages.wait_and_count()
     wait_for("the control DAG to settle", control.settled, 120, interval=1, hint=once_deployment.where_logs())
     control_row = control.count()
