@@ -261,6 +261,7 @@ def test_max_active_runs_1_bursts_while_a_run_is_in_progress(once_deployment: De
             send_and_store(20)
         finally:
             (hold / "hold-serial").unlink(missing_ok=True)
+        time.sleep(2)  # the held tasks look every 0.5 s: they go on before the next round holds the next runs
     row = messages.wait_and_count()
     wait_for("the control DAG to settle", control.settled, 120, interval=1, hint=once_deployment.where_logs())
     control_row = control.count()
