@@ -4,9 +4,9 @@
 stored" and "rows deleted") and retries its task (a killed worker's messages are handled by the next attempt).
 While ``$SQLQUEUE_DEPLOY_HOLD_DIR/hold-worker`` exists, the first attempt stops at its 60th message (in its second
 transaction of 50) and writes its PID to ``worker.pid`` for the test to kill. ``deploy_once_serial`` has
-``max_active_runs=1`` and takes a few seconds per run (``deploy_once_serial_control``: the same without
-``later_events``, to measure what Airflow alone leaves waiting). They record each message they handle in the
-handled table, in the transaction that marks it handled.
+``max_active_runs=1``; its runs stay in progress while ``hold-serial`` exists (``deploy_once_serial_control``: the
+same without ``later_events``, to measure what Airflow alone leaves waiting). They record each message they
+handle in the handled table, in the transaction that marks it handled.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ QUEUE = os.environ["SQLQUEUE_DEPLOY_QUEUE"]
 SERIAL_QUEUE = os.environ["SQLQUEUE_DEPLOY_SERIAL_QUEUE"]
 CONTROL_QUEUE = os.environ["SQLQUEUE_DEPLOY_CONTROL_QUEUE"]
 HANDLED = os.environ["SQLQUEUE_DEPLOY_HANDLED"]
+INBOX = os.environ["SQLQUEUE_DEPLOY_INBOX"]  # in the test's schema: dropped with it
 HOLD_DIR = Path(os.environ["SQLQUEUE_DEPLOY_HOLD_DIR"])
-SERIAL_SECONDS = float(os.environ.get("SQLQUEUE_DEPLOY_SERIAL_SECONDS", "8"))
 ERROR_QUEUE = QUEUE.rsplit(".", 1)[0] + '."error"'
 HOLD_AT = 60
 
@@ -56,7 +56,7 @@ with DAG("deploy_once", schedule=[events], start_date=datetime(2024, 1, 1), catc
                 time.sleep(600)  # the test kills this process here, mid-transaction
             record(message, once, context)
 
-        return handle_once(context, handler)
+        return handle_once(context, handler, inbox_table=INBOX)
 
     handle()
 
@@ -72,9 +72,11 @@ def serial_dag(dag_id: str, queue: str, later_events: bool) -> None:
 
         @task
         def handle_serially(**context) -> dict:
-            time.sleep(SERIAL_SECONDS)  # a run in progress while the next bursts arrive
+            deadline = time.monotonic() + 300
+            while (HOLD_DIR / "hold-serial").exists() and time.monotonic() < deadline:
+                time.sleep(0.5)  # the run stays in progress while the test sends the next bursts
             return handle_once(context, lambda message, once: record(message, once, context),
-                               later_events=later_events)
+                               later_events=later_events, inbox_table=INBOX)
 
         handle_serially()
 
