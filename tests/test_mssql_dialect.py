@@ -48,7 +48,8 @@ def _slots(dialect: MssqlDialect, address: QueueAddress) -> dict[str, str]:
 #: the migration of PostgreSQL tables made by airflow-sqlqueue 0.1 (SQL Server shapes did not change) and the
 #: catalog look-ups that support it.
 POSTGRES_ONLY = ({*POSTGRES.notify_ddl, "notify_installed", "listen", "relation_named", "commit",
-                  "move_due_delayed_legacy"} | {n for n in POSTGRES.statements if n.startswith("migrate_")})
+                  "move_due_delayed_legacy", "notify_function_of"}
+                 | {n for n in POSTGRES.statements if n.startswith(("migrate_", "wake_lock_"))})  # push wake-ups
 
 
 def test_covers_every_postgres_statement() -> None:

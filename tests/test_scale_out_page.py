@@ -23,7 +23,7 @@ HARNESS_ONLY = {
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
 def test_settings_table_is_what_the_deployment_sets(tmp_path: Path, broker: str) -> None:
     table = guide.settings_table(guide.page_text())
-    env = guide.normalized_env(guide.deployment(tmp_path, broker, "postgresql://postgres@127.0.0.1:5432/x"))
+    env = guide.normalized_env(guide.deployment(tmp_path, broker, "postgresql://postgres@metadata-db.example:5432/airflow"))
     for name, (_, checked) in table.items():
         assert name in env, f"the page lists {name}, which the test deployment does not set"
         assert env[name] in guide.checked_values(checked), f"{name}: the deployment sets {env[name]!r}, the " \
