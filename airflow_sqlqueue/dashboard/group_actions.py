@@ -125,10 +125,12 @@ def back_in_queue(transport: SqlQueueTransport, error_queue: str, ids: list[str]
             row = dialect.execute(cur, "position_of_id", {"id": message_id}, **table.ids).fetchone()
             if row is None:
                 continue
-            rows = dialect.execute(cur, "failed_page", {**params, "after_seq": int(row[0]) - 1}, **table.ids).fetchall()
+            seq = int(row[0])
+            rows = dialect.execute(cur, "failed_page", {**params, "after_seq": seq - 1, "through_seq": seq},
+                                   **table.ids).fetchall()
             if rows:
                 message = preview(dialect, rows[0], 1, 1)
-                if message.seq == int(row[0]):
+                if message.seq == seq:
                     found[message_id.lower()] = message
         return found
 
