@@ -96,3 +96,6 @@ def test_adapter_produces_consumes_and_stops_on_sigterm(tmp_path: Path) -> None:
         transport.run(lambda cur: cur.execute(f'DROP TABLE "{queue}", "{queue}_error"'))
     assert unknown == 0 and enqueued > 0
     assert completed + left == enqueued
+    ledger = json.loads(re.search(r"ledger: (\{.*\})", err).group(1))  # per message, not only counts
+    assert ledger["confirmed"] == enqueued and ledger["duplicates"] == 0
+    assert ledger["handled"] == completed and ledger["confirmed_not_handled"] == left

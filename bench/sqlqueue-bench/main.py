@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from latency import RollingHistogram
+from ledger import Ledger
 
 from airflow_sqlqueue import __version__
 from airflow_sqlqueue.transport import OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
@@ -167,6 +168,8 @@ class Adapter:
         self.transport = SqlQueueTransport.from_url(cfg.database_url, error_queue=ERROR_QUEUE,
                                                     endpoint="sqlqueue-bench")
         self.pad = "x" * cfg.payload_bytes
+        self.ledger = Ledger()
+        self.origin = f"{cfg.instance_id}:{os.getpid()}"  # whose sequence numbers a body carries
 
     # -- setup -----------------------------------------------------------------------------------------------
     def provision(self) -> None:
@@ -186,7 +189,7 @@ class Adapter:
 
     # -- the producer ----------------------------------------------------------------------------------------
     def _message(self, seq: int) -> OutgoingMessage:
-        body = json.dumps({"seq": seq, "t": time.time(), "pad": self.pad}, separators=(",", ":"))
+        body = json.dumps({"seq": seq, "o": self.origin, "t": time.time(), "pad": self.pad}, separators=(",", ":"))
         return OutgoingMessage(body=body.encode())
 
     def _send(self, seq: int, n: int) -> None:
@@ -197,8 +200,10 @@ class Adapter:
             else:
                 self.transport.send_many(QUEUE, messages)
             self.counters.add("enqueued", n)
+            self.ledger.sent(seq, n)
         except SendOutcomeUnknownError:
-            self.counters.add("send_unknown", n)  # stored or not: nobody knows; never counted as enqueued
+            self.counters.add("send_unknown", n)
+            self.ledger.sent(seq, n, unknown=True)  # stored or not: nobody knows; never counted as enqueued
             log.warning("send outcome unknown for %d message(s) (connection lost at commit)", n)
         except Exception as exc:  # noqa: BLE001 - database down: offered load is dropped, as the harness expects
             log.warning("send failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -244,8 +249,10 @@ class Adapter:
     # -- receivers -------------------------------------------------------------------------------------------
     def _took(self, body: bytes) -> None:
         try:
-            sent = float(json.loads(body)["t"])
-            self.latency.record(max(0.0, (time.time() - sent) * 1000.0))
+            payload = json.loads(body)
+            self.latency.record(max(0.0, (time.time() - float(payload["t"])) * 1000.0))
+            if payload.get("o") == self.origin:  # sent by this process: in the ledger
+                self.ledger.handled(int(payload["seq"]))
         except (ValueError, KeyError, TypeError):
             pass
 
@@ -370,6 +377,7 @@ class Adapter:
         with self.counters.lock:
             log.info("stopped: enqueued %d, completed %d, send outcome unknown %d", self.counters.enqueued,
                      self.counters.completed, self.counters.send_unknown)
+        log.info("ledger: %s", json.dumps(self.ledger.report()))
         sys.stdout.flush()
         if not stuck:
             self.transport.close()
