@@ -383,6 +383,11 @@ class Adapter:
             log.info("stopped: enqueued %d, completed %d, send outcome unknown %d", self.counters.enqueued,
                      self.counters.completed, self.counters.send_unknown)
         log.info("ledger: %s", json.dumps(self.ledger.report()))
+        if not stuck:
+            try:  # what SIGTERM left queued (rows in flight rolled back): not lost, still there
+                log.info("left in the queue at exit: %d", self.transport.peek(QUEUE))
+            except Exception as exc:  # noqa: BLE001 - the database is down: say so
+                log.info("left in the queue at exit: unknown (%s)", type(exc).__name__)
         sys.stdout.flush()
         if not stuck:
             self.transport.close()
