@@ -385,7 +385,7 @@ class Adapter:
         log.info("ledger: %s", json.dumps(self.ledger.report()))
         if not stuck:
             try:  # what SIGTERM left queued (rows in flight rolled back): not lost, still there
-                log.info("left in the queue at exit: %d", self.transport.peek(QUEUE))
+                log.info("left in the queue at exit (peek estimate): %d", self.transport.peek(QUEUE))
             except Exception as exc:  # noqa: BLE001 - the database is down: say so
                 log.info("left in the queue at exit: unknown (%s)", type(exc).__name__)
         sys.stdout.flush()
