@@ -71,6 +71,10 @@ def test_adapter_produces_consumes_and_stops_on_sigterm(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         proc.stdout.close()
+        with SqlQueueTransport.from_url(PG_URL) as transport:
+            count = f'SELECT count(*) FROM "{queue}"'  # noqa: S608 - a generated name; exact (peek estimates)
+            left = transport.run(lambda cur: cur.execute(count).fetchone()[0]) if transport.exists(queue) else -1
+            transport.run(lambda cur: cur.execute(f'DROP TABLE IF EXISTS "{queue}", "{queue}_error"'))
     err = log.read_text()
     assert proc.returncode == 0, err
 
@@ -91,8 +95,8 @@ def test_adapter_produces_consumes_and_stops_on_sigterm(tmp_path: Path) -> None:
     counts = re.search(r"stopped: enqueued (\d+), completed (\d+), send outcome unknown (\d+)", err)
     assert counts, err
     enqueued, completed, unknown = map(int, counts.groups())
-    with SqlQueueTransport.from_url(PG_URL) as transport:
-        left = transport.run(lambda cur: cur.execute(f'SELECT count(*) FROM "{queue}"').fetchone()[0])  # noqa: S608
-        transport.run(lambda cur: cur.execute(f'DROP TABLE "{queue}", "{queue}_error"'))
     assert unknown == 0 and enqueued > 0
     assert completed + left == enqueued
+    ledger = json.loads(re.search(r"ledger: (\{.*\})", err).group(1))  # per message, not only counts
+    assert ledger["confirmed"] == enqueued and ledger["duplicates"] == 0
+    assert ledger["handled"] == completed and ledger["confirmed_not_handled"] == left

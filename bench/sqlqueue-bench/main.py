@@ -10,7 +10,9 @@ a few seconds with exit code 0.
 Extra knobs (besides the contract's): ``SQLQUEUE_RECEIVER`` = ``pump`` (default) or ``drain``;
 ``SQLQUEUE_MODE`` the pump's transaction mode (default ``sends-atomic-with-receive``); ``SQLQUEUE_BATCH_SIZE``
 rows per receive (default 1 for the pump, 32 for the drain); ``SQLQUEUE_NOTIFY`` = 1 (default) or 0;
-``SQLQUEUE_POLL_S`` the fallback poll (default 1.0); ``SQLQUEUE_BENCH_QUEUE`` the queue (default ``portable_bench``).
+``SQLQUEUE_POLL_S`` the fallback poll (default 1.0); ``SQLQUEUE_LEDGER_DIR`` a folder for per-process
+journals of sends and handlings (checked across processes, killed ones too, by ``ledger_check.py``);
+``SQLQUEUE_BENCH_QUEUE`` the queue (default ``portable_bench``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from latency import RollingHistogram
+from ledger import Ledger
 
 from airflow_sqlqueue import __version__
 from airflow_sqlqueue.transport import OutgoingMessage, SendOutcomeUnknownError, SqlQueueTransport
@@ -167,6 +170,9 @@ class Adapter:
         self.transport = SqlQueueTransport.from_url(cfg.database_url, error_queue=ERROR_QUEUE,
                                                     endpoint="sqlqueue-bench")
         self.pad = "x" * cfg.payload_bytes
+        self.origin = f"{cfg.instance_id}:{os.getpid()}"  # whose sequence numbers a body carries
+        journal_dir = os.environ.get("SQLQUEUE_LEDGER_DIR")
+        self.ledger = Ledger(os.path.join(journal_dir, f"{self.origin.replace(':', '-')}.log") if journal_dir else None)
 
     # -- setup -----------------------------------------------------------------------------------------------
     def provision(self) -> None:
@@ -186,7 +192,7 @@ class Adapter:
 
     # -- the producer ----------------------------------------------------------------------------------------
     def _message(self, seq: int) -> OutgoingMessage:
-        body = json.dumps({"seq": seq, "t": time.time(), "pad": self.pad}, separators=(",", ":"))
+        body = json.dumps({"seq": seq, "o": self.origin, "t": time.time(), "pad": self.pad}, separators=(",", ":"))
         return OutgoingMessage(body=body.encode())
 
     def _send(self, seq: int, n: int) -> None:
@@ -197,8 +203,10 @@ class Adapter:
             else:
                 self.transport.send_many(QUEUE, messages)
             self.counters.add("enqueued", n)
+            self.ledger.sent(seq, n, origin=self.origin)
         except SendOutcomeUnknownError:
             self.counters.add("send_unknown", n)  # stored or not: nobody knows; never counted as enqueued
+            self.ledger.sent(seq, n, unknown=True, origin=self.origin)
             log.warning("send outcome unknown for %d message(s) (connection lost at commit)", n)
         except Exception as exc:  # noqa: BLE001 - database down: offered load is dropped, as the harness expects
             log.warning("send failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -244,8 +252,12 @@ class Adapter:
     # -- receivers -------------------------------------------------------------------------------------------
     def _took(self, body: bytes) -> None:
         try:
-            sent = float(json.loads(body)["t"])
-            self.latency.record(max(0.0, (time.time() - sent) * 1000.0))
+            payload = json.loads(body)
+            self.latency.record(max(0.0, (time.time() - float(payload["t"])) * 1000.0))
+            if payload.get("o") == self.origin:  # sent by this process: in the ledger
+                self.ledger.handled(int(payload["seq"]), self.origin)
+            elif self.ledger.journaling:  # another process's message: only the journal can tell
+                self.ledger.handled_elsewhere(int(payload["seq"]), str(payload.get("o")))
         except (ValueError, KeyError, TypeError):
             pass
 
@@ -370,6 +382,12 @@ class Adapter:
         with self.counters.lock:
             log.info("stopped: enqueued %d, completed %d, send outcome unknown %d", self.counters.enqueued,
                      self.counters.completed, self.counters.send_unknown)
+        log.info("ledger: %s", json.dumps(self.ledger.report()))
+        if not stuck:
+            try:  # what SIGTERM left queued (rows in flight rolled back): not lost, still there
+                log.info("left in the queue at exit (peek estimate): %d", self.transport.peek(QUEUE))
+            except Exception as exc:  # noqa: BLE001 - the database is down: say so
+                log.info("left in the queue at exit: unknown (%s)", type(exc).__name__)
         sys.stdout.flush()
         if not stuck:
             self.transport.close()
