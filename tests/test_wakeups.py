@@ -264,3 +264,41 @@ def test_a_sqlite_watcher_wakes_on_an_insert_of_another_process(lite):
 
     assert asyncio.run(scenario()) is True
     assert [bytes(m.body) for m in t.receive("orders")] == [b"other"]
+
+
+def test_push_comes_back_after_an_outage_that_outlasts_the_first_listen_again(tmp_path):
+    """The listener is lost and the database is still down when the watcher tries to listen again: it polls, and
+    listens once the database is back (before, it polled for good)."""
+    if not PG_URL.startswith("postgresql://"):
+        pytest.skip("needs the PostgreSQL test server")
+    name = "sqw_" + uuid.uuid4().hex[:10]
+    admin = psycopg.connect(PG_URL, autocommit=True)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    url = PG_URL.rsplit("/", 1)[0] + "/" + name
+    t = SqlQueueTransport.from_url(url)
+    q = "orders"
+    try:
+        t.create_queue(q, notify=True)
+        wakeups = t.wakeups(q, poll_interval=0.1, max_poll_interval=0.2)
+        assert wakeups.start() and wakeups.push
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')  # the outage: no new connection
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        assert wakeups.wait(found=False) is False and not wakeups.push  # the listener is lost
+        assert wakeups.wait(found=False) is False and not wakeups.push  # listening again fails: still down
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')  # back
+        for _ in range(50):
+            if wakeups.push:
+                break
+            wakeups.wait(found=False)
+        assert wakeups.push, "the watcher never listened again after the database came back"
+        before = wakeups.woken
+        t.send(q, b"after")  # committed: the listener has its notification
+        assert any(wakeups.wait(found=False) for _ in range(3)) and wakeups.woken == before + 1
+        [message] = t.receive(q)
+        assert message.body == b"after"
+        wakeups.close()
+    finally:
+        t.close()
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.close()

@@ -79,6 +79,8 @@ class Wakeups:
         self._listener: Any = None
         self._pause = self.poll_interval
         self._checked = False
+        #: When to try listening again after a failed attempt (the database was down): push comes back by itself.
+        self._retry_at: float | None = None
         #: Whether senders notify for this queue: this listener holds its wake-up lock ("held"), another watcher
         #: does ("other"), or neither could be made sure of ("none"); None: not asked since the last wake-up.
         self._covered: str | None = None
@@ -102,6 +104,7 @@ class Wakeups:
         """Listen when the queue has its wake-up trigger (call before the first poll, so no wake-up is missed
         between that poll and the first wait). Returns whether push is on. Blocks: run it in a thread."""
         self._checked = True
+        self._retry_at = None
         if self._want_files and not self._files:
             self._watch_files()
         if not self._want_push or self._listener is not None:
@@ -122,10 +125,15 @@ class Wakeups:
                 close_quietly(connection)
                 raise
             self._listener = connection
-        except Exception as exc:  # noqa: BLE001 - push is an optimisation: poll instead, say why
-            log.warning("wake-ups for %s are off, polling every %.1f s: %s", self.queue.name, self.poll_interval,
-                        first_line(exc))
+        except Exception as exc:  # noqa: BLE001 - push is an optimisation: poll instead, say why, try again later
+            log.warning("wake-ups for %s are off, polling every %.1f s and listening again in %.1f s: %s",
+                        self.queue.name, self.poll_interval, self.max_poll_interval, first_line(exc))
+            self._retry_at = time.monotonic() + self.max_poll_interval
         return self.push
+
+    def _start_due(self) -> bool:
+        """Whether to (try to) listen before this wait: never tried, or the last try failed long enough ago."""
+        return not self._checked or (self._retry_at is not None and time.monotonic() >= self._retry_at)
 
     def _watch_files(self) -> None:
         try:
@@ -178,7 +186,7 @@ class Wakeups:
         push, the first wait after a wake-up returns True at once: senders notify from then on, and the caller
         looks once more for a send committed just before (so none waits for the fallback poll).
         """
-        if not self._checked:
+        if self._start_due():
             self.start()
         listener = self._listener
         if listener is None:
@@ -226,7 +234,7 @@ class Wakeups:
 
     async def wait_async(self, found: bool) -> bool:
         """``wait`` for an event loop: sleeps on the loop while polling, waits in a thread while listening."""
-        if not self._checked:
+        if self._start_due():
             await asyncio.to_thread(self.start)
         if self._listener is not None:
             return await asyncio.to_thread(self.wait, found)
