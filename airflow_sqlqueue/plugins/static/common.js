@@ -94,6 +94,7 @@
 
   function parseTime(value) {
     if (value === null || value === undefined || value === "") return null;
+    if (value instanceof Date) return value;
     const wire = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}):(\d+) Z$/.exec(String(value).trim());
     const parsed = wire ? Date.parse(`${wire[1]}T${wire[2]}.${wire[3].slice(0, 3)}Z`) : Date.parse(value);
     return Number.isNaN(parsed) ? null : new Date(parsed);

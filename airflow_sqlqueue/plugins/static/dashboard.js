@@ -3,61 +3,12 @@
 // systems) is always set with textContent, never parsed as HTML.
 "use strict";
 
-// The API sits beside the page, wherever the API server is mounted (a base URL with a path prefix included).
-const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
+// Shared with the message page (common.js, loaded first): the theme, DOM building with text only, API calls.
+const { BASE, el, api, formatTime, copyText } = window.SQ;
 const PAGE_SIZE = 50;
 const state = { conn: null, canEdit: false, selected: new Map(), groupBy: "exception_type", filter: {},
   search: "", cursors: [0], page: 0, next: null, editRetry: false, messages: new Map(), runsTimer: null,
   retryQueues: [], failureHeaders: [] };
-
-// -- theme: follow the Airflow UI around the iframe, else ?theme=, else the system setting -----------------------
-function parentRoot() {
-  try { return window.parent !== window ? window.parent.document.documentElement : null; } catch (e) { return null; }
-}
-
-function applyTheme() {
-  const asked = new URLSearchParams(location.search).get("theme");
-  let theme = asked === "dark" || asked === "light" ? asked : null;
-  const root = parentRoot();
-  if (!theme && root) {
-    if (root.classList.contains("dark") || root.dataset.theme === "dark") theme = "dark";
-    else if (root.classList.contains("light") || root.dataset.theme === "light") theme = "light";
-  }
-  if (!theme) theme = window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
-  document.documentElement.dataset.theme = theme;
-}
-applyTheme();
-if (parentRoot()) {
-  new MutationObserver(applyTheme).observe(parentRoot(), { attributes: true, attributeFilter: ["class", "data-theme"] });
-}
-window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
-}
-
-async function api(path, options = {}) {
-  const response = await fetch(BASE + "api/" + path, { credentials: "same-origin", ...options });
-  let body = null;
-  try { body = await response.json(); } catch (e) { body = null; }
-  if (!response.ok) {
-    const detail = body && body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail))
-                                       : response.statusText;
-    throw new Error(`${response.status}: ${detail}`);
-  }
-  return body;
-}
 
 function setStatus(text, isError = false) {
   const status = document.getElementById("status");
@@ -65,22 +16,7 @@ function setStatus(text, isError = false) {
   status.className = isError ? "error" : "";
 }
 
-// -- one time format on the whole page: "YYYY-MM-DD HH:MM:SS UTC" ------------------------------------------------
-function parseTime(value) {
-  if (value === null || value === undefined || value === "") return null;
-  if (value instanceof Date) return value;
-  // NServiceBus wire format: "2024-01-02 03:04:05:678901 Z"
-  const wire = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}):(\d+) Z$/.exec(String(value).trim());
-  const parsed = wire ? Date.parse(`${wire[1]}T${wire[2]}.${wire[3].slice(0, 3)}Z`) : Date.parse(value);
-  return Number.isNaN(parsed) ? null : new Date(parsed);
-}
-
-function formatTime(value) {
-  const date = parseTime(value);
-  if (!date) return value ? String(value) : "-";
-  return date.toISOString().slice(0, 19).replace("T", " ") + " UTC";
-}
-
+// -- ages, flows and rates as the overview shows them (times: SQ.formatTime) --------------------------------------
 function formatAge(seconds) {
   if (seconds === null || seconds === undefined) return "-";
   if (seconds < 120) return `${seconds.toFixed(0)} s`;
@@ -272,20 +208,6 @@ function shortType(text) {
 }
 
 // -- one message's details: a full-width row under it (failure, headers with filter and copy, body) ------------
-async function copyText(text, button) {
-  try {
-    await navigator.clipboard.writeText(text);
-  } catch (e) {  // no clipboard permission in the iframe: copy through a selected text area
-    const area = el("textarea", { "aria-hidden": "true", style: "position:fixed;left:-9999px" });
-    area.value = text;
-    document.body.append(area);
-    area.select();
-    document.execCommand("copy");
-    area.remove();
-  }
-  if (button) { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); }
-}
-
 function headersView(message) {
   if (message.headers) {
     const rows = Object.entries(message.headers).filter(([key]) => key !== "NServiceBus.ExceptionInfo.StackTrace")
