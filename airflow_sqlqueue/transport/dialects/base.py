@@ -101,6 +101,11 @@ class Dialect:
     send_many_is_one_statement: bool = False
     #: The database is across a network: a connection lost after a statement left leaves its outcome unknown.
     remote: bool = True
+    #: A receiver of the pump or the drain starts its next receive past the last position it took (statements
+    #: ``receive_after`` and ``lock_after``) until it goes back to the head (see ``ReceivePosition``): where the
+    #: rows receives delete stay in the seq index until a vacuum (PostgreSQL's MVCC), so a receive from the head
+    #: walks them all while a long transaction holds them there.
+    bounded_receives: bool = False
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle

@@ -76,6 +76,7 @@ class PostgresDialect(Dialect):
                    "UPDATE SKIP LOCKED")
 
     autocommit_statements = True
+    bounded_receives = True
     send_many_is_one_statement = True
 
     def __init__(self, paramstyle: str = "pyformat") -> None:

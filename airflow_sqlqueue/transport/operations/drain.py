@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..processing.claim import Claim
+from ..processing.claim import Claim, ReceivePositions
 from ..processing.receivers import ReceiverLoop
 from ..processing.summaries import DrainSummary
 from ..tables.circuit_breaker import CircuitBreaker
@@ -35,9 +35,10 @@ def drain(session: Session, queue: TableQueue, sink: Sink, *, max_messages: int 
     started = time.monotonic()
     retry = RetryPolicy(session.dialect, breaker=breaker or CircuitBreaker(queue.name))
     loop = ReceiverLoop(retry, batch_size=batch_size, concurrency=concurrency)
+    positions = ReceivePositions(session.dialect)  # each receiver starts past its last batch (PostgreSQL)
 
     def one_batch(n: int) -> tuple[int, int]:
-        with Claim(session, queue, take=True, within=within).open(n) as claim:
+        with Claim(session, queue, take=True, within=within, position=positions.mine()).open(n) as claim:
             delivered = sink(claim.messages) if claim.messages else 0
         with lock:
             summary.delivered += delivered

@@ -13,6 +13,10 @@ that keep the whole batch or none of it (the drain, the handler pump's NONE mode
 ``take_once`` (below) is the at-most-once ``receive()`` where a statement can commit by itself (PostgreSQL,
 SQLite): the same take and the same triage of rows, without a transaction around them.
 
+A claim given a ``ReceivePosition`` (the handler pump's and the drain's receivers, one each, where the dialect
+has ``bounded_receives``: PostgreSQL) starts past the last row that receiver took instead of at the head of the
+queue, and tells the position what it took and how it ended (see ``ReceivePosition``).
+
 Every method blocks and is safe to call from any thread, one call at a time (the event trigger calls them
 through ``asyncio.to_thread``).
 """
@@ -22,16 +26,97 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..common.errors import OutcomeUnknownError, SqlQueueError
 from ..common.redaction import first_line
+from ..dialects import Dialect
 from ..tables.queue import ReceiveStats, SeqRange, TableQueue
 from ..tables.session import Session, Transaction
 from ..wire.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)
+
+#: A receiver that starts past its last position goes back to the head of the queue at least every this many
+#: receives...
+RESTART_EVERY = 64
+#: ...and at least this often (seconds): the longest a row below its position waits for it (see ReceivePosition).
+RESTART_SECONDS = 1.0
+
+
+class ReceivePosition:
+    """Where one receiver's next receive starts: past the last row it took, or at the head of the queue.
+
+    On PostgreSQL the rows receives delete stay in the seq index until a vacuum may remove them, and no vacuum may
+    while a transaction older than the deletes is open (an idle one, a REPEATABLE READ reader, a long report):
+    a receive from the head then walks every one of them (a heap visit each) before it finds a live row. Starting
+    past the last row this receiver took skips them.
+
+    Rows below the position are not forgotten, only received later: a row whose sender's transaction took its
+    position before and committed after the receiver passed it, a row another receiver held and released or
+    rolled back, a row of a receiver that died. A claim that finds nothing past the position looks from the head
+    at once (so an empty claim still means an empty queue); the receiver goes back to the head after a receive
+    that took fewer rows than it asked for (the end of what it may take: the usual case below saturation), after
+    its own claim rolled back or released a message, after a position it cannot read (NULL), and at least every
+    ``every`` receives and every ``seconds``: a row below the position waits at most that long.
+
+    One per receiver, used by one thread at a time. ``clock`` is for tests.
+    """
+
+    __slots__ = ("after", "every", "seconds", "clock", "_receives", "_restart_at")
+
+    def __init__(self, every: int = RESTART_EVERY, seconds: float = RESTART_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.seconds = seconds
+        self.clock = clock
+        #: The position the next receive starts after; None: at the head.
+        self.after: int | None = None
+        self._receives = 0
+        self._restart_at = 0.0
+
+    def start(self) -> int | None:
+        """The position the next receive starts after, or None (from the head: then the count starts again)."""
+        if self.after is not None:
+            self._receives += 1
+            if self._receives >= self.every or self.clock() >= self._restart_at:
+                self.after = None
+        if self.after is None:
+            self._receives = 0
+            self._restart_at = self.clock() + self.seconds
+        return self.after
+
+    def took(self, rows: Sequence[Sequence[Any]], asked: int) -> None:
+        """A receive asked for ``asked`` rows and got ``rows`` (sorted by position): start past the last of them,
+        or at the head when they were fewer than asked or one has no position."""
+        if len(rows) < asked:
+            self.after = None
+            return
+        last = rows[-1][1]  # rows come sorted by position, a NULL one last
+        self.after = last if type(last) is int else None
+
+    def restart(self) -> None:
+        """Start the next receive at the head (a claim rolled back or released rows: they are below)."""
+        self.after = None
+
+
+class ReceivePositions:
+    """One ``ReceivePosition`` per receiving thread, where the dialect has ``bounded_receives`` (else None)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.enabled = dialect.bounded_receives
+        self._local = threading.local()
+
+    def mine(self) -> ReceivePosition | None:
+        """The calling thread's position (made at its first receive)."""
+        if not self.enabled:
+            return None
+        position = getattr(self._local, "position", None)
+        if position is None:
+            position = self._local.position = ReceivePosition()
+        return position
 
 
 class ClaimClosedError(SqlQueueError):
@@ -45,18 +130,21 @@ class Claim:
     :param queue: the queue to claim rows of.
     :param take: delete the rows when they are locked (keep-all-or-nothing callers).
     :param within: claim only rows at these positions (with ``take``: a partition of a partitioned drain).
+    :param position: the receiver's position (start past its last row; see ``ReceivePosition``), or None: from
+        the head of the queue.
     """
 
     _numbers = itertools.count(1)
 
     def __init__(self, session: Session, queue: TableQueue, *, take: bool = False,
-                 within: SeqRange | None = None) -> None:
+                 within: SeqRange | None = None, position: ReceivePosition | None = None) -> None:
         if within is not None and not take:
             raise ValueError("a claim restricted to a position range must take its rows (take=True)")
         self.session = session
         self.queue = queue
         self.take = take
         self.within = within
+        self.position = position
         #: A number unique in this process (the event trigger tells its claims apart by it).
         self.number = next(self._numbers)
         self.messages: list[ReceivedMessage] = []
@@ -82,14 +170,20 @@ class Claim:
             tx = self._tx = self.session.begin()
             try:
                 cursor = tx.cursor
-                queue, within = self.queue, self.within
+                queue, within, position = self.queue, self.within, self.position
+                after = None if position is None else position.start()
                 if self.take:
-                    def first() -> list[Any]:
-                        return queue.take(cursor, count, within)
+                    def first(after: int | None = after) -> list[Any]:
+                        return queue.take(cursor, count, within, after)
                 else:
-                    def first() -> list[Any]:
-                        return queue.lock(cursor, count)
+                    def first(after: int | None = after) -> list[Any]:
+                        return queue.lock(cursor, count, after)
                 rows = self.session.dialect.first_statement(tx.connection, first)  # sent with its BEGIN where it can
+                if position is not None:
+                    if not rows and after is not None:
+                        # nothing past the position: look from the head before the claim says the queue is empty
+                        rows = first(None)
+                    position.took(rows, count)
                 self.locked = len(rows)
                 self.messages, settled = self.queue.sort_out(cursor, rows, self.stats)
                 self._done = [] if self.take else settled  # taken rows are deleted already
@@ -192,9 +286,16 @@ class Claim:
             done = self._done
             self._closed = True
             self._tx = None
+            if self.position is not None and self.released_seqs:
+                self.position.restart()  # released rows stay where they were: below the position
             # the delete leaves with the COMMIT where the driver can (one round trip); if it fails, nothing is
             # committed and every row returns to the queue
-            tx.commit((lambda cursor: self.queue.delete(cursor, done)) if done else None)
+            try:
+                tx.commit((lambda cursor: self.queue.delete(cursor, done)) if done else None)
+            except BaseException:
+                if self.position is not None:
+                    self.position.restart()
+                raise
 
     def abandon(self) -> None:
         """Roll everything back: every row returns to the queue, the error-queue copies are undone."""
@@ -219,6 +320,8 @@ class Claim:
         return self._tx
 
     def _end(self, exc: BaseException) -> None:
+        if self.position is not None:
+            self.position.restart()  # every row returns to the queue: below the position
         self._closed = True
         tx, self._tx = self._tx, None
         if tx is not None:

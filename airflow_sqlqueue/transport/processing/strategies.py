@@ -34,7 +34,7 @@ from ..wire import headers as h
 from ..wire.failures import exception_text
 from ..wire.messages import OutgoingMessage, ReceivedMessage
 from ..wire.standard_headers import REPLY, SEND, Origin
-from .claim import Claim
+from .claim import Claim, ReceivePositions
 from .modes import TransactionMode
 from .recoverability import Action, Recoverability
 from .sending import Outbox, PreparedSend
@@ -280,6 +280,8 @@ class ReceiveStrategy:
         # holds as many positions as it has messages waiting for another attempt, not one per message handled.
         self._returned: set[int] = set()
         self._returned_lock = threading.Lock()
+        #: Each receiving thread's position (PostgreSQL: a receive starts past the last row that thread took).
+        self.positions = ReceivePositions(self.dialect)
 
     def count_rows(self, claim: Claim, part: ProcessSummary) -> list[int]:
         """Count a claim's rows: every one as a delivery, the messages not received before in this run as
@@ -315,7 +317,7 @@ class AtMostOnce(ReceiveStrategy):
     """NONE: the rows are deleted and committed first; a handler failure loses the message."""
 
     def batch(self, count: int, summary: ProcessSummary) -> None:
-        with Claim(self.session, self.queue, take=True).open(count) as claim:
+        with Claim(self.session, self.queue, take=True, position=self.positions.mine()).open(count) as claim:
             pass  # committed: the messages are ours now
         part = ProcessSummary()
         self.count_rows(claim, part)
@@ -358,7 +360,7 @@ class HeldBatch(ReceiveStrategy):
         finished: list[ReceivedMessage] = []
         again: list[int] = []
         try:
-            with Claim(self.session, self.queue).open(count) as claim:
+            with Claim(self.session, self.queue, position=self.positions.mine()).open(count) as claim:
                 again = self.count_rows(claim, part)
                 part.add_stats(claim.stats)
                 sends = self.send_policy(claim)

@@ -111,17 +111,26 @@ class TableQueue:
         return f"TableQueue({self.name!r})"
 
     # -- taking rows -------------------------------------------------------------------------------
-    def lock(self, cursor: Any, count: int) -> list[Sequence[Any]]:
-        """Lock up to ``count`` of the oldest rows no other receiver holds (held until the transaction ends)."""
-        return self._rows(cursor, "lock_batch", {"batch_size": count})
+    def lock(self, cursor: Any, count: int, after: int | None = None) -> list[Sequence[Any]]:
+        """Lock up to ``count`` of the oldest rows no other receiver holds (held until the transaction ends); only
+        rows past position ``after``, when given (``dialect.bounded_receives``)."""
+        if after is None:
+            return self._rows(cursor, "lock_batch", {"batch_size": count})
+        return self._rows(cursor, "lock_after", {"batch_size": count, "after_seq": after})
 
-    def take(self, cursor: Any, count: int, within: SeqRange | None = None) -> list[Sequence[Any]]:
+    def take(self, cursor: Any, count: int, within: SeqRange | None = None,
+             after: int | None = None) -> list[Sequence[Any]]:
         """Delete up to ``count`` of the oldest rows no other receiver holds (only positions ``within`` the range,
-        when given) and return them."""
+        when given; only past position ``after``, when given: ``dialect.bounded_receives``) and return them."""
         if within is None:
-            return self._rows(cursor, "receive_batch", {"batch_size": count})
+            if after is None:
+                return self._rows(cursor, "receive_batch", {"batch_size": count})
+            return self._rows(cursor, "receive_after", {"batch_size": count, "after_seq": after})
+        first = within.first if after is None else max(within.first, after + 1)
         last = MAX_SEQ if within.last is None else within.last
-        return self._rows(cursor, "receive_range", {"batch_size": count, "first_seq": within.first, "last_seq": last})
+        if first > last:  # past the end of the range: nothing to take there
+            return []
+        return self._rows(cursor, "receive_range", {"batch_size": count, "first_seq": first, "last_seq": last})
 
     def bounds(self, cursor: Any) -> SeqRange | None:
         """The positions of the oldest and the newest row (None when the queue is empty)."""

@@ -99,6 +99,17 @@ DELETE FROM {queue}
 WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
 RETURNING id::text, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
+-- receive_after --
+-- receive_batch for a receiver that took rows up to %(after_seq)s a moment ago: the index scan starts past that
+-- position, not at the head, so it does not walk the entries of the rows receives deleted before it (they stay
+-- in the seq index, and each costs a heap visit, until VACUUM may remove them: a long transaction anywhere in
+-- the database, or a REPEATABLE READ reader, can keep tens of thousands of them there). Rows below the position
+-- are received once the receiver goes back to the head (see ReceivePosition).
+DELETE FROM {queue}
+WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE seq > %(after_seq)s
+                      ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
+RETURNING id::text, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+
 -- receive_range --
 -- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s that no other receiver
 -- holds, and return them: one partition of a partitioned drain (the range keeps partitions disjoint). The locking
@@ -118,7 +129,8 @@ SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TI
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
 -- lock_after --
--- Lock rows after a position, oldest first (walks a queue without taking rows others hold).
+-- Lock rows after a position, oldest first (walks a queue without taking rows others hold; and lock_batch for a
+-- receiver that took rows up to %(after_seq)s a moment ago: see receive_after).
 SELECT id, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED
 
