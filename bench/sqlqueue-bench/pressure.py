@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
 QUEUE = "portable_bench"
@@ -48,7 +49,7 @@ def reader(url: str, stop: threading.Event) -> None:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         while not stop.is_set():
             try:
-                conn.execute(f"SELECT count(*) FROM public.{QUEUE}").fetchall()
+                conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("public", QUEUE))).fetchall()
             except psycopg.Error:
                 pass
             time.sleep(0.1)
@@ -70,7 +71,8 @@ def main() -> int:
     args = ap.parse_args()
 
     with psycopg.connect(args.url, autocommit=True) as conn:  # a fresh table per run
-        conn.execute(f"DROP TABLE IF EXISTS public.{QUEUE}, public.{QUEUE}_error")
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(sql.Identifier("public", QUEUE),
+                                                                   sql.Identifier("public", QUEUE + "_error")))
     env = {**os.environ, "DATABASE_URL": args.url, "PRODUCER_MODE": "depth-target", "TARGET_DEPTH": str(args.depth),
            "PRODUCER_RATE": "50000", "WORKER_COUNT": str(args.workers), "JOB_WORK_MS": "1", "SAMPLE_EVERY_S": "2",
            "SQLQUEUE_RECEIVER": args.receiver}
