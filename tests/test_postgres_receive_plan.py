@@ -82,6 +82,7 @@ def _path_to(node: dict, wanted: dict) -> list[dict] | None:
 # the statement (a CTE feeding an INSERT, an EXISTS per moved row) puts it
 @pytest.mark.parametrize("statement,params", [
     ("receive_range", {"first_seq": 1, "last_seq": 10_000_000}),
+    ("receive_after", {"after_seq": 1}),
     ("move_due_delayed", None),
     ("move_due_delayed_legacy", None),
 ])
