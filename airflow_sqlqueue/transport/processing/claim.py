@@ -60,17 +60,18 @@ class ReceivePosition:
     at once (so an empty claim still means an empty queue); the receiver goes back to the head after a receive
     that took fewer rows than it asked for (the end of what it may take: the usual case below saturation), after
     its own claim rolled back or released a message, after a position it cannot read (NULL), and at least every
-    ``every`` receives and every ``seconds``: a row below the position waits at most that long.
+    ``every`` receives and every ``seconds`` (default ``RESTART_EVERY``, ``RESTART_SECONDS``): a row below the
+    position waits at most that long.
 
     One per receiver, used by one thread at a time. ``clock`` is for tests.
     """
 
     __slots__ = ("after", "every", "seconds", "clock", "_receives", "_restart_at")
 
-    def __init__(self, every: int = RESTART_EVERY, seconds: float = RESTART_SECONDS,
+    def __init__(self, every: int | None = None, seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.every = every
-        self.seconds = seconds
+        self.every = RESTART_EVERY if every is None else every
+        self.seconds = RESTART_SECONDS if seconds is None else seconds
         self.clock = clock
         #: The position the next receive starts after; None: at the head.
         self.after: int | None = None
