@@ -4,12 +4,15 @@ On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=Tr
 ``enable_notifications``) that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints
 included: what they write is unchanged), but only while a watcher waits: a waiting watcher holds the queue's
 wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
-``create_wake_function`` in ``postgres.sql`` for why no send is missed). A watcher that finds the trigger listens
-and wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
-the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and at
-once when a write transaction of its own process ends (``LOCAL_WRITES``; blocking waits only: ``wait_async``
-stats), and looks at the queue when they changed (a write to another table of the same file wakes it too: one
-extra look).
+``create_wake_function`` in ``postgres.sql`` for why no send is missed; while one sender's notification is in
+flight the others rely on it, so one transaction per queue at a time takes the global notify lock). A watcher that
+finds the trigger listens and wakes as soon as a message is committed. On SQLite a committed write changes the
+database's files (the WAL, or the main file): on Linux the watcher is woken by inotify on their directory
+(``file_events``, through the C library) as any process writes them, then looks at the files every
+``HOT_CHECK_INTERVAL`` for a while (the commit is visible once the WAL index's header changes, a little after the
+write); elsewhere it stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and at once when a
+write transaction of its own process ends (``LOCAL_WRITES``; blocking waits only). Either way it looks at the
+queue when they changed (a write to another table of the same file wakes it too: one extra look).
 
 Every watcher still polls, in case a wake-up is missed (a dropped connection, a sender that bypasses the table's
 triggers, a file system that does not update times): at ``poll_interval`` after a look that found messages,

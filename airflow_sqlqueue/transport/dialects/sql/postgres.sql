@@ -295,8 +295,9 @@ SET lock_timeout = '200ms'
 -- wake_lock_try --
 -- A receiver starts waiting: first wait for the senders that relied on a notification of the last wake cycle
 -- (the covered lock, taken and released by this autocommit statement; bounded by lock_timeout), then take the
--- queue's wake-up lock at once when no sender's statement holds it.
-WITH covered AS MATERIALIZED (SELECT pg_advisory_xact_lock(1644256950, to_regclass(%(table)s)::oid::integer))
+-- queue's wake-up lock at once when no sender's statement holds it. (A WITH query with a volatile function is run
+-- once, before the outer query reads its row, on every PostgreSQL version.)
+WITH covered AS (SELECT pg_advisory_xact_lock(1644256950, to_regclass(%(table)s)::oid::integer))
 SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer) FROM covered
 
 -- wake_lock_try_now --
