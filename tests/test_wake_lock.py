@@ -270,3 +270,25 @@ def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, counter):
     assert sorted(received) == sorted([f"{n}-{i}".encode() for n in range(senders) for i in range(each)] + [b"last"])
     assert polls == []
     assert 1 <= counter.count() <= senders * each + 1
+
+
+def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, counter):
+    """Two sends commit one after the other while the watcher waits: two NOTIFYs. The first wakes it; the second,
+    for a commit its next look sees, is dropped when it asks for wake-ups again (else it would wake it once more
+    for nothing, and each extra cycle makes more senders notify)."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=0.2, max_poll_interval=0.2)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL, autocommit=True) as sender:
+            _insert(pg, sender, b"first")
+            _insert(pg, sender, b"second")
+        assert counter.count() == 2
+        assert wakeups.wait(found=False) is True and wakeups.woken == 1
+        assert wakeups.wait(found=True) is True  # asks again, drops the second's wake-up, looks once more
+        assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]
+        assert wakeups.wait(found=False) is False  # nothing new: its fallback poll, not a stale wake-up
+        assert wakeups.woken == 1
+    finally:
+        wakeups.close()

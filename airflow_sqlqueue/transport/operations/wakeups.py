@@ -249,6 +249,10 @@ class Wakeups:
                 # "held", "other", or "none" when a sender's open transaction kept the lock past lock_timeout
                 self._covered = self.dialect.hold_wakeups(listener, self.queue.address) or "none"
                 self.covers += 1
+                # Wake-ups that came meanwhile are for commits the look below sees: drop them, or each would start
+                # one more wake cycle (and, while it is armed, more senders would notify).
+                while self.dialect.notifications(listener, 0):
+                    pass
                 # Senders notify from now on; a send committed since the caller's last look did not: look again.
                 return True
             pause = self.next_pause(found)
