@@ -64,15 +64,20 @@ def test_senders_notify_only_while_a_watcher_waits(pg, counter):
             assert wakeups.wait(found=False) is True and wakeups.woken == 1
             _insert(pg, sender, b"the woken watcher is busy")
             assert counter.count() == 0  # woken: it released the lock, senders stopped notifying
-            # its next wait asks for wake-ups again and looks once more before waiting: the send above is found
+            # its next wait asks for wake-ups again, finds rows in the queue (busy again at once: it lets go of the
+            # lock) and returns for the caller's look
             assert wakeups.wait(found=True) is True and wakeups.woken == 1
+            _insert(pg, sender, b"found by the look")
+            assert counter.count() == 0
+            assert [m.body for m in t.receive(q, 10)] == [b"nobody waits", b"a watcher waits",
+                                                          b"the woken watcher is busy", b"found by the look"]
+            assert wakeups.wait(found=False) is True  # empty now: it asks for wake-ups, keeps the lock, looks
             _insert(pg, sender, b"it waits again")
             assert counter.count() == 1
             assert wakeups.wait(found=False) is True and wakeups.woken == 2
         finally:
             wakeups.close()
-    assert [m.body for m in t.receive(q, 10)] == [b"nobody waits", b"a watcher waits", b"the woken watcher is busy",
-                                                  b"it waits again"]
+    assert [m.body for m in t.receive(q, 10)] == [b"it waits again"]
 
 
 def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its_next_look(pg, counter):
@@ -274,7 +279,7 @@ def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, counter):
 
 def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, counter):
     """Two sends commit one after the other while the watcher waits: two NOTIFYs. The first wakes it; the second,
-    for a commit its next look sees, is dropped when it asks for wake-ups again (else it would wake it once more
+    for a commit its look saw, is dropped when it asks for wake-ups again (else it would wake it once more
     for nothing, and each extra cycle makes more senders notify)."""
     t, q = pg.transport, pg.q("orders")
     t.create_queue(q, notify=True)
@@ -286,9 +291,34 @@ def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another
             _insert(pg, sender, b"second")
         assert counter.count() == 2
         assert wakeups.wait(found=False) is True and wakeups.woken == 1
-        assert wakeups.wait(found=True) is True  # asks again, drops the second's wake-up, looks once more
-        assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]
+        assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]  # the look after the wake-up
+        assert wakeups.wait(found=False) is True  # asks again, drops the second's wake-up, looks once more
+        assert t.receive(q, 10) == []
         assert wakeups.wait(found=False) is False  # nothing new: its fallback poll, not a stale wake-up
         assert wakeups.woken == 1
+    finally:
+        wakeups.close()
+
+
+def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_lock(pg, counter):
+    """Asking for wake-ups again while messages wait (they came during the last look): the watcher is busy again at
+    once, so it does not keep senders notifying while it works; the next time it asks it keeps the lock, even if
+    rows are still there (held by another receiver, say), so the two never loop."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL, autocommit=True) as sender:
+            _insert(pg, sender, b"wakes it")
+            assert wakeups.wait(found=False) is True
+            _insert(pg, sender, b"came during the look")
+            assert wakeups.wait(found=False) is True  # rows: it let go of the lock at once
+            _insert(pg, sender, b"while it works")
+            assert counter.count() == 1  # only the first send notified
+            assert wakeups.wait(found=False) is True  # rows still there (not taken here): it keeps the lock now
+            _insert(pg, sender, b"while it waits")
+            assert counter.count() == 1
+        assert wakeups.covers == 3
     finally:
         wakeups.close()

@@ -321,6 +321,10 @@ class PostgresDialect(Dialect):
             return "other" if self.scalar(cur, "wake_lock_held", table) else None
         return "held"
 
+    def queue_has_rows(self, connection: Any, address: QueueAddress) -> bool:
+        """Whether the queue holds a row (a look on the listening connection, after taking the wake-up lock)."""
+        return bool(self.scalar(connection.cursor(), "wake_peek", None, **self.identifiers(address)))
+
     def release_wakeups(self, connection: Any, address: QueueAddress) -> None:
         """The receiver on this connection is busy: senders stop notifying unless another receiver waits."""
         self.execute(connection.cursor(), "wake_lock_release", {"table": self.qualified(address)})
