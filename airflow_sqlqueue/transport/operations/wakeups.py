@@ -51,6 +51,9 @@ WAL_INDEX_HEADER = 48
 #: comes when the WAL is written, the commit is visible only once it is synced and the WAL index updated.
 HOT_SECONDS = 0.2
 HOT_CHECK_INTERVAL = 0.002
+#: Times in a row a watcher that asks for wake-ups may find rows and let go of the lock at once (busy again); then
+#: it keeps it once, so a watcher whose looks find none of those rows cannot loop.
+MAX_PEEKED = 8
 
 
 def _signature(paths: list[str]) -> tuple[Any, ...]:
@@ -110,8 +113,8 @@ class Wakeups:
         #: Whether senders notify for this queue: this listener holds its wake-up lock ("held"), another watcher
         #: does ("other"), or neither could be made sure of ("none"); None: not asked since the last wake-up.
         self._covered: str | None = None
-        #: Whether the last re-arming found rows and released the lock again (the next one keeps it).
-        self._peeked = False
+        #: Re-armings in a row that found rows and let go of the lock again (at MAX_PEEKED the next one keeps it).
+        self._peeked = 0
         #: Wake-ups received for this queue (for logs and tests).
         self.woken = 0
         #: Times this watcher asked senders to notify (took or found the wake-up lock) before waiting.
@@ -255,15 +258,15 @@ class Wakeups:
                 # one more wake cycle (and, while it is armed, more senders would notify).
                 while self.dialect.notifications(listener, 0):
                     pass
-                if self._covered == "held" and not self._peeked and self.dialect.queue_has_rows(
+                if self._covered == "held" and self._peeked < MAX_PEEKED and self.dialect.queue_has_rows(
                         listener, self.queue.address):
                     # Messages came meanwhile: the caller is busy again at once. Held, the lock would keep every
                     # sender notifying for as long as it works (it calls wait again only once the queue is empty).
                     self.dialect.release_wakeups(listener, self.queue.address)
                     self._covered = None
-                    self._peeked = True  # if its look finds none of them (others hold them), keep the lock next
+                    self._peeked += 1  # a bound, should its looks keep finding none of them: then keep the lock
                     return True
-                self._peeked = False
+                self._peeked = 0
                 # Senders notify from now on; a send committed since the caller's last look did not: look again.
                 return True
             pause = self.next_pause(found)

@@ -306,8 +306,9 @@ SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer)
 
 -- wake_peek --
 -- On the listening connection, right after taking the wake-up lock: whether the queue holds a row (then the
--- receiver is busy again at once: it releases the lock instead of keeping senders notifying while it works).
-SELECT EXISTS (SELECT 1 FROM {queue})
+-- receiver is busy again at once: it releases the lock instead of keeping senders notifying while it works). Rows
+-- other receivers hold are skipped, as a receive skips them.
+SELECT EXISTS (SELECT 1 FROM {queue} LIMIT 1 FOR UPDATE SKIP LOCKED)
 
 -- wake_lock_held --
 -- Whether another receiver holds the queue's wake-up lock (then senders notify already).
