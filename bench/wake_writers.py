@@ -7,14 +7,21 @@ Throughput: ``--writers`` processes (started once, kept for every round) each se
 (interleaved), each on its own queue:
 
 * ``plain``: no wake-up trigger;
-* ``notify always``: the trigger earlier versions installed (``sqlqueue_notify``: a NOTIFY on every send, so every
-  commit takes PostgreSQL's global notify lock);
+* ``plain, polling watcher``: no trigger, and a watcher that receives (batches of up to 100) at the receive rate
+  the ``wake lock, watcher`` set-up's watcher had in its latest round, sleeping between empty receives: the
+  watcher's own work on the shared cores without any NOTIFY (to tell that cost from the notify lock's);
 * ``wake lock``: the trigger installed now (``sqlqueue_wake``), nobody waiting (a busy or absent receiver);
-* ``notify always, watcher`` and ``wake lock, watcher``: the same with a watcher that receives what comes
-  (batches of up to 100) and waits when the queue is empty (``Wakeups``, the triggers' loop): with the wake lock,
-  senders notify only while it waits. The watcher's own work shares the machine, so compare these two.
+* ``wake lock, watcher``: the same with a watcher that receives what comes (batches of up to 100) and waits when
+  the queue is empty (``Wakeups``, the triggers' loop): senders notify only while it waits, one transaction at a
+  time (the others rely on the notification in flight);
+* ``uncoalesced, watcher``: the previous ``sqlqueue_wake`` (every send notifies while the watcher waits), same
+  watcher;
+* ``notify always, watcher``: the trigger earlier versions installed (``sqlqueue_notify``: a NOTIFY on every
+  send, so every commit takes PostgreSQL's global notify lock), same watcher.
 
-Reported: messages a second per set-up (median of the rounds) and the ratio to ``plain``. Wake-up latency: a
+Reported: messages a second per set-up (median of the rounds) and the ratio to ``plain``; per set-up with a
+watcher, the NOTIFYs a second (counted on a bare LISTEN connection), the watcher's receives a second and its
+client CPU (share of one core). Wake-up latency: a
 watcher waits on an empty queue (``wake lock`` trigger); after a random pause one plain INSERT on another
 connection commits; the time from the commit's return to the watcher's wake-up, ``--trials`` times: p50 and p95.
 """
@@ -32,7 +39,18 @@ from typing import Any
 
 from .databases import DEFAULT_PG_URL
 
-SETUPS = ("plain", "notify always", "wake lock", "notify always, watcher", "wake lock, watcher")
+SETUPS = ("plain", "plain, polling watcher", "wake lock", "wake lock, watcher", "uncoalesced, watcher",
+          "notify always, watcher")
+TABLES = {"plain": "plain", "plain, polling watcher": "polled", "wake lock": "lock",
+          "wake lock, watcher": "lock_watched", "uncoalesced, watcher": "uncoalesced",
+          "notify always, watcher": "always"}
+#: The wake-up function before coalescing: every send notifies while a watcher waits.
+UNCOALESCED_FUNCTION = '''CREATE OR REPLACE FUNCTION "{schema}".sqlqueue_wake_uncoalesced() RETURNS trigger
+LANGUAGE plpgsql AS $f$ BEGIN
+IF NOT pg_try_advisory_xact_lock_shared(1644256948, TG_RELID::integer) THEN
+PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text); END IF; RETURN NULL; END $f$'''
+UNCOALESCED_TRIGGER = ('CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{schema}"."{table}" FOR EACH STATEMENT '
+                       'EXECUTE FUNCTION "{schema}".sqlqueue_wake_uncoalesced()')
 LEGACY_FUNCTION = '''CREATE OR REPLACE FUNCTION "{schema}".sqlqueue_notify() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text); RETURN NULL; END $f$'''
 LEGACY_TRIGGER = ('CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{schema}"."{table}" FOR EACH STATEMENT '
@@ -58,20 +76,32 @@ def _writer(url: str, error_queue: str, commands: Any, results: Any, start: Any)
 
 
 class Watcher:
-    """The ``wake lock, watcher`` set-up's receiver: wait, then receive what is there, as the triggers do."""
+    """A set-up's receiver: wait, then receive what is there, as the triggers do (``poll_rate`` None), or receive
+    ``poll_rate`` times a second without any wake-up (sleeping while the queue is empty)."""
 
-    def __init__(self, transport: Any, queue: str) -> None:
-        self.transport, self.queue = transport, queue
+    def __init__(self, transport: Any, queue: str, poll_rate: float | None = None) -> None:
+        self.transport, self.queue, self.poll_rate = transport, queue, poll_rate
         self.stop = False
+        self.receives = 0
+        self.cpu = 0.0
         self.wakeups = transport.wakeups(queue, poll_interval=0.5)
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
-        self.wakeups.start()
+        cpu = time.thread_time()
+        if self.poll_rate is None:
+            self.wakeups.start()
+        began = time.monotonic()
         while not self.stop:
             found = bool(self.transport.receive(self.queue, 100))
-            if not found:
+            self.receives += 1
+            if found:
+                continue
+            if self.poll_rate is None:
                 self.wakeups.wait(found=False)
+            elif (pause := began + self.receives / self.poll_rate - time.monotonic()) > 0:
+                time.sleep(pause)
+        self.cpu = (time.thread_time() - cpu) / max(time.monotonic() - began, 1e-9)
 
     def __enter__(self) -> Watcher:
         self.thread.start()
@@ -79,12 +109,22 @@ class Watcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop = True
+        if self.poll_rate is None:
+            self.wakeups.close()  # ends a wait at once
         self.thread.join()
         self.wakeups.close()
 
 
-def throughput(args: argparse.Namespace, transport: Any, admin: Any, error_queue: str, queues: dict[str, str]
-               ) -> dict:
+def count_notifies(listener: Any, queue: str) -> int:
+    """Wake-ups for ``queue`` (``"schema"."table"``) delivered to a bare LISTEN connection since the last count."""
+    listener.execute("SELECT 1")
+    schema, table = (part.strip('"') for part in queue.split("."))
+    payload = f'["{schema}", "{table}"]'
+    return sum(1 for n in listener.notifies(timeout=0) if n.payload == payload)
+
+
+def throughput(args: argparse.Namespace, transport: Any, admin: Any, listener: Any, error_queue: str,
+               queues: dict[str, str]) -> dict:
     """Messages a second per writer count and set-up, ``--repeats`` interleaved rounds each."""
     ctx = mp.get_context("spawn")
     out: dict[int, dict[str, list[float]]] = {}
@@ -95,29 +135,43 @@ def throughput(args: argparse.Namespace, transport: Any, admin: Any, error_queue
         for p in procs:
             p.start()
         rates: dict[str, list[float]] = {s: [] for s in SETUPS}
+        extra: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETUPS}
+        poll_rate = 200.0  # receives a second of the polling watcher until the push watcher's is measured
         for round_no in range(args.repeats):
             order = list(SETUPS) if round_no % 2 == 0 else list(reversed(SETUPS))
             for setup in order:
                 admin.execute(f"TRUNCATE {queues[setup]}")
+                count_notifies(listener, queues[setup])
                 for _ in procs:
                     commands.put((queues[setup], args.seconds))
-                watcher = Watcher(transport, queues[setup]) if setup.endswith("watcher") else None
-                if watcher:
+                watcher = None
+                if setup.endswith("watcher"):
+                    watcher = Watcher(transport, queues[setup], poll_rate if "polling" in setup else None)
                     watcher.__enter__()
                 try:
                     start.wait()
+                    began = time.monotonic()
                     sent = sum(results.get() for _ in procs)
+                    elapsed = time.monotonic() - began
+                    receives = watcher.receives if watcher else 0
                 finally:
                     if watcher:
                         watcher.__exit__()
                 rates[setup].append(sent / args.seconds)
-                print(f"  {writers:>2} writers, {setup:<20} round {round_no + 1}: {sent / args.seconds:8.0f} msg/s",
-                      flush=True)
+                notes = ""
+                if watcher:
+                    stats = (count_notifies(listener, queues[setup]) / args.seconds, receives / elapsed, watcher.cpu)
+                    extra[setup].append(stats)
+                    if setup == "wake lock, watcher":
+                        poll_rate = max(stats[1], 1.0)
+                    notes = f"  ({stats[0]:.0f} NOTIFY/s, {stats[1]:.0f} receives/s, watcher CPU {stats[2]:.0%})"
+                print(f"  {writers:>2} writers, {setup:<24} round {round_no + 1}: {sent / args.seconds:8.0f} msg/s"
+                      + notes, flush=True)
+        out[writers] = {"rates": rates, "extra": extra}
         for _ in procs:
             commands.put(None)
         for p in procs:
             p.join()
-        out[writers] = rates
     return out
 
 
@@ -177,24 +231,31 @@ def main(argv: list[str] | None = None) -> None:
     error_queue = f'"{schema}"."error"'
     transport = SqlQueueTransport.from_url(args.pg_url, error_queue=error_queue)
     admin = psycopg.connect(args.pg_url, autocommit=True)
+    listener = psycopg.connect(args.pg_url, autocommit=True)
+    listener.execute("LISTEN sqlqueue")
     try:
-        tables = {"plain": "plain", "notify always": "always", "wake lock": "lock",
-                  "notify always, watcher": "always_watched", "wake lock, watcher": "lock_watched"}
-        queues = {setup: f'"{schema}"."{table}"' for setup, table in tables.items()}
+        queues = {setup: f'"{schema}"."{table}"' for setup, table in TABLES.items()}
         for setup, queue in queues.items():
             transport.create_queue(queue, notify=setup.startswith("wake lock"))
         with psycopg.connect(args.pg_url, autocommit=True) as conn:
             conn.execute(LEGACY_FUNCTION.format(schema=schema))
-            for table in ("always", "always_watched"):
-                conn.execute(LEGACY_TRIGGER.format(schema=schema, table=table))
+            conn.execute(LEGACY_TRIGGER.format(schema=schema, table=TABLES["notify always, watcher"]))
+            conn.execute(UNCOALESCED_FUNCTION.format(schema=schema))
+            conn.execute(UNCOALESCED_TRIGGER.format(schema=schema, table=TABLES["uncoalesced, watcher"]))
         transport.create_queue(f'"{schema}"."lat"', notify=True)
-        rates = throughput(args, transport, admin, error_queue, queues) if args.repeats else {}
+        rates = throughput(args, transport, admin, listener, error_queue, queues) if args.repeats else {}
         print("\nwriters | " + " | ".join(SETUPS))
-        for writers, by_setup in rates.items():
-            plain = statistics.median(by_setup["plain"])
+        for writers, found in rates.items():
+            plain = statistics.median(found["rates"]["plain"])
             cells = [f"{statistics.median(v):.0f} msg/s ({statistics.median(v) / plain:.2f}x)"
-                     for v in by_setup.values()]
+                     for v in found["rates"].values()]
             print(f"{writers} | " + " | ".join(cells))
+        print("\nwriters | set-up | NOTIFY/s | watcher receives/s | watcher client CPU (medians)")
+        for writers, found in rates.items():
+            for setup, stats in found["extra"].items():
+                if stats:
+                    notifies, receives, cpu = (statistics.median(x) for x in zip(*stats, strict=True))
+                    print(f"{writers} | {setup} | {notifies:.0f} | {receives:.0f} | {cpu:.0%}")
         if args.trials:
             samples = latency(args, transport, admin, schema, f'"{schema}"."lat"')
             print(f"\nwake-up after a plain INSERT's commit, {len(samples)} trials: "
@@ -202,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         transport.close()
         admin.close()
+        listener.close()
         with psycopg.connect(args.pg_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 

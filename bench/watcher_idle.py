@@ -24,55 +24,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import random
 import statistics
-import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-bench-airflow-"))
-
-from .databases import DEFAULT_PG_URL  # noqa: E402
-from .latency import percentile  # noqa: E402
-
-
-def counted_transport(url: str, counter: list[int], *, file_watch: bool = True,
-                      old_push_fallback: bool = False) -> Any:
-    """A transport whose named statements and transactions (BEGIN and COMMIT/ROLLBACK: two round trips each)
-    add to ``counter``; ``file_watch=False`` and ``old_push_fallback`` give the behaviour before issue 29."""
-    from airflow_sqlqueue.transport import SqlQueueTransport
-
-    transport = SqlQueueTransport.from_url(url)
-    dialect, session = transport.dialect, transport.session
-    execute_statement, begin, make_wakeups = dialect.execute_statement, session.begin, transport.wakeups
-
-    def counted_statement(*args: Any, **kwargs: Any) -> Any:
-        counter[0] += 1
-        return execute_statement(*args, **kwargs)
-
-    def counted_begin(*args: Any, **kwargs: Any) -> Any:
-        counter[0] += 2
-        return begin(*args, **kwargs)
-
-    def wakeups(*args: Any, **kwargs: Any) -> Any:
-        made = make_wakeups(*args, **kwargs)
-        if old_push_fallback:  # before: with push, the fallback poll came every poll_interval, no back-off
-            original = made.next_pause
-            made.next_pause = lambda found: made.poll_interval if made.push else original(found)
-        return made
-
-    dialect.execute_statement = counted_statement
-    session.begin = counted_begin
-    transport.wakeups = wakeups
-    if not file_watch:
-        dialect.supports_file_watch = False  # this transport's dialect only: SQLite before issue 29
-    return transport
+from .databases import DEFAULT_PG_URL
+from .latency import percentile
+from .watcher_common import (
+    bench_place,
+    counted_transport,
+    error_queue_of,
+    start_and_count_idle,
+    use_transport,
+    write_results,
+)
 
 
 class Setup:
@@ -86,14 +54,11 @@ class Setup:
         self.counter = [0]
         self.latencies: list[float] = []
         self.sender = SqlQueueTransport.from_url(url)
-        self.sender.create_queues([queue, self._error()], notify=notify)
+        self.sender.create_queues([queue, error_queue_of(self.queue)], notify=notify)
         self.transport = counted_transport(url, self.counter, file_watch=file_watch,
                                            old_push_fallback=old_push_fallback)
         self.events: asyncio.Queue[float] = asyncio.Queue()
         self.task: asyncio.Task | None = None
-
-    def _error(self) -> str:
-        return self.queue.rsplit(".", 1)[0] + '."error"' if self.queue.startswith('"') else "error"
 
     async def start(self) -> None:
         self.task = asyncio.ensure_future(self._plain() if self.plain else self._producer())
@@ -103,13 +68,9 @@ class Setup:
 
         import airflow_sqlqueue.triggers.sqlqueue as module
 
-        producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue, error_queue=self._error())
-        transport = self.transport
-
-        async def get_transport(conn_id: str, **kwargs: Any) -> tuple[Any, Any]:
-            return transport, None
-
-        module.get_transport = get_transport  # read once, at the stream's start: set-ups start one at a time
+        producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue,
+                                                 error_queue=error_queue_of(self.queue))
+        use_transport(self.transport)
         stream = producer.open_stream()
         try:
             while True:
@@ -165,17 +126,7 @@ class Setup:
 
 
 async def measure(setups: list[Setup], idle_seconds: float, trials: int) -> dict[str, Any]:
-    import airflow_sqlqueue.triggers.sqlqueue as module
-
-    original = module.get_transport
-    for setup in setups:  # each producer takes its transport at open_stream: start them one by one
-        await setup.start()
-        await asyncio.sleep(1.0)
-    module.get_transport = original
-    await asyncio.sleep(20)  # the back-off settles at its longest pause
-    before = {s.name: s.counter[0] for s in setups}
-    await asyncio.sleep(idle_seconds)
-    idle = {s.name: (s.counter[0] - before[s.name]) * 60 / idle_seconds for s in setups}
+    idle = await start_and_count_idle(setups, Setup.start, idle_seconds)
     for _ in range(trials):
         await asyncio.gather(*(s.trial(random.uniform(12, 20)) for s in setups))
     for setup in setups:
@@ -200,44 +151,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
-    import psycopg
+    with bench_place(args.pg_url, "watcher-idle") as (schema, root):
 
-    schema = "bench_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(args.pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    root = Path(tempfile.mkdtemp(prefix="sqlqueue-watcher-idle-"))
+        def lite(name: str) -> str:
+            return f"sqlite:///{root / name}.db"
 
-    def lite(name: str) -> str:
-        return f"sqlite:///{root / name}.db"
+        def q(table_name: str) -> str:
+            return f'"{schema}"."{table_name}"'
 
-    def q(table_name: str) -> str:
-        return f'"{schema}"."{table_name}"'
+        async def scenario() -> dict[str, Any]:
+            setups = [
+                Setup("SQLite, polling (before)", lite("before"), "events", file_watch=False),
+                Setup("SQLite, file wake-ups (after)", lite("after"), "events"),
+                Setup("SQLite, plain SELECT every 0.2 s", lite("plain"), "events", plain=True),
+                Setup("PostgreSQL, polling (no NOTIFY trigger)", args.pg_url, q("poll")),
+                Setup("PostgreSQL, push, fallback every poll_interval (before)", args.pg_url, q("push_before"),
+                      notify=True, old_push_fallback=True),
+                Setup("PostgreSQL, push, fallback backs off (after)", args.pg_url, q("push_after"), notify=True),
+                Setup("PostgreSQL, plain SELECT every 0.2 s", args.pg_url, q("plain"), plain=True),
+            ]
+            return await measure(setups, args.idle_seconds, args.trials)
 
-    async def scenario() -> dict[str, Any]:
-        setups = [
-            Setup("SQLite, polling (before)", lite("before"), "events", file_watch=False),
-            Setup("SQLite, file wake-ups (after)", lite("after"), "events"),
-            Setup("SQLite, plain SELECT every 0.2 s", lite("plain"), "events", plain=True),
-            Setup("PostgreSQL, polling (no NOTIFY trigger)", args.pg_url, q("poll")),
-            Setup("PostgreSQL, push, fallback every poll_interval (before)", args.pg_url, q("push_before"),
-                  notify=True, old_push_fallback=True),
-            Setup("PostgreSQL, push, fallback backs off (after)", args.pg_url, q("push_after"), notify=True),
-            Setup("PostgreSQL, plain SELECT every 0.2 s", args.pg_url, q("plain"), plain=True),
-        ]
-        return await measure(setups, args.idle_seconds, args.trials)
-
-    try:
         results = asyncio.run(scenario())
-    finally:
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    machine = f"{os.cpu_count()} cores, shared with other work while measured; Python {sys.version.split()[0]}"
-    text = (f"Watcher wake-ups (defaults: poll 2 s, back-off to 8 s, event_interval 5 s); {machine}\n\n"
-            + table(results) + "\n")
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "watcher_idle.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
-    (args.out / "watcher_idle.md").write_text(text)
+    write_results(args.out, "watcher_idle", "Watcher wake-ups (defaults: poll 2 s, back-off to 8 s, event_interval "
+                  "5 s)", results, table(results))
     return 0
 
 

@@ -23,23 +23,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import random
 import statistics
-import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-bench-airflow-"))
-
-from .databases import DEFAULT_PG_URL  # noqa: E402
-from .latency import percentile  # noqa: E402
-from .watcher_idle import counted_transport  # noqa: E402
+from .databases import DEFAULT_PG_URL
+from .latency import percentile
+from .watcher_common import (
+    bench_place,
+    counted_transport,
+    error_queue_of,
+    start_and_count_idle,
+    use_transport,
+    write_results,
+)
 
 PATTERNS = ("isolated", "1/s", "burst of 20")
 
@@ -55,29 +55,22 @@ class Watcher:
         self.min_event_interval, self.store_delay = min_event_interval, store_delay
         self.counter = [0]
         self.sender = SqlQueueTransport.from_url(url)
-        self.sender.create_queues([queue, self._error()], notify=notify)
+        self.sender.create_queues([queue, error_queue_of(self.queue)], notify=notify)
         self.transport = counted_transport(url, self.counter)
         self.sent: dict[str, tuple[str, float]] = {}
         self.emitted: dict[str, float] = {}
         self.events = 0
         self.task: asyncio.Task | None = None
 
-    def _error(self) -> str:
-        return self.queue.rsplit(".", 1)[0] + '."error"' if self.queue.startswith('"') else "error"
-
     async def start(self) -> None:
         from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
         import airflow_sqlqueue.triggers.sqlqueue as module
 
-        producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue, error_queue=self._error(),
+        producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue,
+                                                 error_queue=error_queue_of(self.queue),
                                                  min_event_interval=self.min_event_interval)
-        transport = self.transport
-
-        async def get_transport(conn_id: str, **kwargs: Any) -> tuple[Any, Any]:
-            return transport, None
-
-        module.get_transport = get_transport  # read once, at the stream's start: watchers start one at a time
+        use_transport(self.transport)
 
         async def loop() -> None:
             stream = producer.open_stream()
@@ -126,17 +119,7 @@ class Watcher:
 
 
 async def measure(watchers: list[Watcher], args: argparse.Namespace) -> dict[str, Any]:
-    import airflow_sqlqueue.triggers.sqlqueue as module
-
-    original = module.get_transport
-    for watcher in watchers:
-        await watcher.start()
-        await asyncio.sleep(1.0)
-    module.get_transport = original
-    await asyncio.sleep(20)  # the back-off settles at its longest pause
-    before = {w.name: w.counter[0] for w in watchers}
-    await asyncio.sleep(args.idle_seconds)
-    idle = {w.name: (w.counter[0] - before[w.name]) * 60 / args.idle_seconds for w in watchers}
+    idle = await start_and_count_idle(watchers, Watcher.start, args.idle_seconds)
     for _ in range(args.trials):
         await asyncio.sleep(random.uniform(6, 10))
         await asyncio.gather(*(w.send("isolated") for w in watchers))
@@ -184,35 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
-    import psycopg
+    with bench_place(args.pg_url, "watcher-patterns") as (schema, root):
 
-    schema = "bench_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(args.pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    root = Path(tempfile.mkdtemp(prefix="sqlqueue-watcher-patterns-"))
+        async def scenario() -> dict[str, Any]:
+            watchers = []
+            for label, gap in (("before", 5.0), ("after", 2.0)):
+                watchers.append(Watcher(f"SQLite, {label}", f"sqlite:///{root / label}.db", "events",
+                                        min_event_interval=gap, notify=False, store_delay=args.store_delay))
+                watchers.append(Watcher(f"PostgreSQL push, {label}", args.pg_url, f'"{schema}"."{label}"',
+                                        min_event_interval=gap, notify=True, store_delay=args.store_delay))
+            return await measure(watchers, args)
 
-    async def scenario() -> dict[str, Any]:
-        watchers = []
-        for label, gap in (("before", 5.0), ("after", 2.0)):
-            watchers.append(Watcher(f"SQLite, {label}", f"sqlite:///{root / label}.db", "events",
-                                    min_event_interval=gap, notify=False, store_delay=args.store_delay))
-            watchers.append(Watcher(f"PostgreSQL push, {label}", args.pg_url, f'"{schema}"."{label}"',
-                                    min_event_interval=gap, notify=True, store_delay=args.store_delay))
-        return await measure(watchers, args)
-
-    try:
         results = asyncio.run(scenario())
-    finally:
-        with psycopg.connect(args.pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    machine = f"{os.cpu_count()} cores, shared with other work while measured; Python {sys.version.split()[0]}"
-    text = (f"Watcher batching by send pattern (poll 2 s, back-off to 8 s, event_interval 5 s; before: every event "
-            f"waits event_interval, after: min_event_interval 2 s after light events); {machine}\n\n"
-            + table(results) + "\n")
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "watcher_patterns.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
-    (args.out / "watcher_patterns.md").write_text(text)
+    write_results(args.out, "watcher_patterns", "Watcher batching by send pattern (poll 2 s, back-off to 8 s, "
+                  "event_interval 5 s; before: every event waits event_interval, after: min_event_interval 2 s "
+                  "after light events)", results, table(results))
     return 0
 
 

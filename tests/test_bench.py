@@ -80,5 +80,5 @@ def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[
 
     wake_main(["--writers", "1", "--repeats", "1", "--seconds", "0.2", "--trials", "3", "--pg-url", PG_URL])
     out = capsys.readouterr().out
-    assert all(f"{setup:<20} round 1" in out for setup in SETUPS), out
+    assert all(f"{setup:<24} round 1" in out for setup in SETUPS), out
     assert "wake-up after a plain INSERT's commit, 3 trials" in out

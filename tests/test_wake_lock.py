@@ -64,15 +64,20 @@ def test_senders_notify_only_while_a_watcher_waits(pg, counter):
             assert wakeups.wait(found=False) is True and wakeups.woken == 1
             _insert(pg, sender, b"the woken watcher is busy")
             assert counter.count() == 0  # woken: it released the lock, senders stopped notifying
-            # its next wait asks for wake-ups again and looks once more before waiting: the send above is found
+            # its next wait asks for wake-ups again, finds rows in the queue (busy again at once: it lets go of the
+            # lock) and returns for the caller's look
             assert wakeups.wait(found=True) is True and wakeups.woken == 1
+            _insert(pg, sender, b"found by the look")
+            assert counter.count() == 0
+            assert [m.body for m in t.receive(q, 10)] == [b"nobody waits", b"a watcher waits",
+                                                          b"the woken watcher is busy", b"found by the look"]
+            assert wakeups.wait(found=False) is True  # empty now: it asks for wake-ups, keeps the lock, looks
             _insert(pg, sender, b"it waits again")
             assert counter.count() == 1
             assert wakeups.wait(found=False) is True and wakeups.woken == 2
         finally:
             wakeups.close()
-    assert [m.body for m in t.receive(q, 10)] == [b"nobody waits", b"a watcher waits", b"the woken watcher is busy",
-                                                  b"it waits again"]
+    assert [m.body for m in t.receive(q, 10)] == [b"it waits again"]
 
 
 def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its_next_look(pg, counter):
@@ -154,3 +159,168 @@ def test_a_queue_with_the_earlier_trigger_keeps_waking_watchers_and_moves_on_rei
     with psycopg.connect(PG_URL, autocommit=True) as sender:
         _insert(pg, sender, b"nobody waits")
     assert counter.count() == 1  # the old trigger's send above; none since the move
+
+
+def _waiting_for_advisory(probe: psycopg.Connection, thread: threading.Thread) -> None:
+    """Return once a connection waits for an advisory lock (the thread must still be running)."""
+    while not probe.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:
+        assert thread.is_alive(), "the watcher did not wait for the open send"
+        thread.join(0.01)
+
+
+def test_concurrent_sends_into_a_waiting_watcher_notify_once(pg, counter):
+    """Two sends in flight at once while a watcher waits: the first notifies, the second relies on it."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as second:
+            _insert(pg, first, b"first")  # takes the notifier lock: NOTIFY at its commit
+            _insert(pg, second, b"second")  # a notification is in flight: no NOTIFY of its own
+            second.commit()
+            first.commit()
+        assert counter.count() == 1
+        assert wakeups.wait(found=False) is True
+        assert wakeups.wait(found=True) is True  # asks for wake-ups again and looks once more
+        assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]
+    finally:
+        wakeups.close()
+
+
+def test_a_send_relying_on_a_notification_is_seen_even_when_it_commits_after_the_wake_up(pg, counter):
+    """The race of the coalesced wake-up: the second send relied on the first one's NOTIFY, which woke the watcher
+    before the second committed. The watcher, going back to wait, waits for that commit before its last look."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as second, \
+                psycopg.connect(PG_URL, autocommit=True) as probe:
+            _insert(pg, first, b"first")
+            _insert(pg, second, b"second")  # relies on the first's NOTIFY; stays open
+            first.commit()
+            assert wakeups.wait(found=False) is True  # woken by the first; it releases the wake-up lock
+            assert [m.body for m in t.receive(q, 10)] == [b"first"]  # the second is not committed yet
+            rearm = threading.Thread(target=wakeups.wait, kwargs={"found": True})
+            rearm.start()
+            _waiting_for_advisory(probe, rearm)  # going back to wait: it waits for the second's commit
+            second.commit()
+            rearm.join()
+        assert counter.count() == 1  # the second never notified ...
+        assert [m.body for m in t.receive(q, 10)] == [b"second"]  # ... and the look after re-arming finds it
+        assert wakeups.covers == 2
+    finally:
+        wakeups.close()
+
+
+def test_a_send_that_cannot_be_sure_of_a_notification_in_flight_notifies(pg, counter):
+    """While a watcher is re-arming (it waits for the covered lock), a send that finds the notifier lock taken
+    cannot rely on it and notifies itself: unsure means NOTIFY."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    oid = pg.sql(f"SELECT to_regclass('\"{pg.schema}\".\"orders\"')::oid::integer")[0][0]
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as blocker, \
+                psycopg.connect(PG_URL, autocommit=True) as sender:
+            _insert(pg, first, b"first")  # notifier lock taken, its NOTIFY pending
+            blocker.execute("SELECT pg_advisory_xact_lock(1644256950, %s)", (oid,))  # as a re-arming watcher
+            _insert(pg, sender, b"unsure")  # commits: NOTIFY
+            assert counter.count() == 1
+            blocker.rollback()
+            first.commit()
+        assert counter.count() == 1
+    finally:
+        wakeups.close()
+
+
+def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, counter):
+    """Eight plain senders (as .NET writes) race a watcher that receives what comes and waits whenever the queue
+    is empty: every message arrives once, no wait ends by its fallback poll (a missed wake-up), and senders
+    issue no more NOTIFYs than the watcher has wake cycles plus one per wake-up in flight."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    senders, each = 8, 40
+    wakeups = t.wakeups(q, poll_interval=60)
+    received: list[bytes] = []
+    polls: list[bool] = []
+
+    def watch() -> None:
+        while len(received) < senders * each + 1:
+            got = t.receive(q, 100)
+            received.extend(m.body for m in got)
+            if not got and not wakeups.wait(found=False):
+                polls.append(True)  # a fallback poll: a wake-up was missed
+
+    def send(n: int) -> None:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            for i in range(each):
+                _insert(pg, conn, f"{n}-{i}".encode())
+
+    assert wakeups.start()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(senders)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    with psycopg.connect(PG_URL, autocommit=True) as last:
+        _insert(pg, last, b"last")
+    watcher.join()
+    wakeups.close()
+    assert sorted(received) == sorted([f"{n}-{i}".encode() for n in range(senders) for i in range(each)] + [b"last"])
+    assert polls == []
+    assert 1 <= counter.count() <= senders * each + 1
+
+
+def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, counter):
+    """Two sends commit one after the other while the watcher waits: two NOTIFYs. The first wakes it; the second,
+    for a commit its look saw, is dropped when it asks for wake-ups again (else it would wake it once more
+    for nothing, and each extra cycle makes more senders notify)."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=0.2, max_poll_interval=0.2)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL, autocommit=True) as sender:
+            _insert(pg, sender, b"first")
+            _insert(pg, sender, b"second")
+        assert counter.count() == 2
+        assert wakeups.wait(found=False) is True and wakeups.woken == 1
+        assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]  # the look after the wake-up
+        assert wakeups.wait(found=False) is True  # asks again, drops the second's wake-up, looks once more
+        assert t.receive(q, 10) == []
+        assert wakeups.wait(found=False) is False  # nothing new: its fallback poll, not a stale wake-up
+        assert wakeups.woken == 1
+    finally:
+        wakeups.close()
+
+
+def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_lock(pg, counter):
+    """Asking for wake-ups again while messages wait (they came during the last look): the watcher is busy again at
+    once, so it does not keep senders notifying while it works. Rows another receiver holds do not count, so the
+    two never loop on them."""
+    t, q = pg.transport, pg.q("orders")
+    t.create_queue(q, notify=True)
+    wakeups = t.wakeups(q, poll_interval=600)
+    try:
+        assert wakeups.start()
+        with psycopg.connect(PG_URL, autocommit=True) as sender:
+            _insert(pg, sender, b"wakes it")
+            assert wakeups.wait(found=False) is True
+            _insert(pg, sender, b"came during the look")
+            assert wakeups.wait(found=False) is True  # rows: it let go of the lock at once
+            _insert(pg, sender, b"while it works")
+            assert counter.count() == 1  # only the first send notified
+            with psycopg.connect(PG_URL) as other:  # another receiver holds every row
+                other.execute(f'SELECT 1 FROM "{pg.schema}"."orders" FOR UPDATE')  # noqa: S608
+                assert wakeups.wait(found=False) is True  # no row it could take: it keeps the lock
+                _insert(pg, sender, b"while it waits")
+                assert counter.count() == 1
+        assert wakeups.covers == 3
+    finally:
+        wakeups.close()

@@ -302,3 +302,70 @@ def test_push_comes_back_after_an_outage_that_outlasts_the_first_listen_again(tm
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         admin.close()
+
+
+def test_inotify_reports_writes_to_the_database_files_only(tmp_path):
+    """The inotify watch (Linux, through the C library) counts writes to the database's files, not to other files
+    of the directory, and a close from another thread ends a wait without closing the descriptor under it."""
+    import sqlite3
+    import sys
+
+    from airflow_sqlqueue.transport.operations.file_events import open_file_events
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inotify is Linux only (elsewhere the files are stat'ed)")
+    db = tmp_path / "q.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    events = open_file_events(str(db))
+    assert events is not None
+    try:
+        events.read()
+        (tmp_path / "other.txt").write_text("not the database")
+        assert events.read() is False
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.commit()
+        assert events.read() is True  # the -wal file was written
+        assert events.read() is False  # taken
+        waiting = threading.Thread(target=events.wait, args=(600,))
+        waiting.start()
+        events.close()
+        conn.execute("INSERT INTO t VALUES (2)")  # an event for the wait in progress, which ends it
+        conn.commit()
+        waiting.join()
+        assert events.closed and events.wait(600) is False
+    finally:
+        events.close()
+        conn.close()
+
+
+def test_a_sqlite_watcher_of_another_process_is_woken_by_inotify_and_finds_the_row(lite):
+    """With inotify the blocking wait ends on the other process's write (not at a stat), and the looks that follow
+    find the row: the wake-up may come before the commit is visible, so the files are looked at again (the WAL
+    index header) until it is."""
+    import subprocess
+    import sys
+
+    t = lite.transport
+    t.create_queues(["orders", "error"])
+    path = lite.url[len("sqlite:///"):]
+    wakeups = t.wakeups("orders", poll_interval=600)
+    try:
+        wakeups.start()
+        if wakeups._events is None:
+            pytest.skip("no inotify here: the files are stat'ed (the tests above)")
+        assert "inotify" in wakeups.describe()
+        script = ("import sqlite3, sys, uuid; c = sqlite3.connect(sys.argv[1], timeout=60); "
+                  "c.execute('INSERT INTO orders (id, expires, headers, body) VALUES (?, NULL, ?, ?)', "
+                  "(str(uuid.uuid4()), '{}', b'other')); c.commit()")
+        sender = subprocess.Popen([sys.executable, "-c", script, path])
+        while True:
+            assert wakeups.wait(found=False) is True  # a 600 s poll never ends this test: only wake-ups do
+            if t.peek("orders"):  # a read: it sees the row only once the commit is visible
+                break
+        assert sender.wait() == 0
+        assert [bytes(m.body) for m in t.receive("orders")] == [b"other"]
+    finally:
+        wakeups.close()

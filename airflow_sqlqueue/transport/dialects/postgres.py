@@ -296,13 +296,21 @@ class PostgresDialect(Dialect):
     def hold_wakeups(self, connection: Any, address: QueueAddress) -> str | None:
         """A receiver on this listening connection starts waiting: make senders notify for the queue.
 
-        Returns ``"held"`` when this connection took the queue's wake-up lock (after every sender's transaction
-        that started before; release it with ``release_wakeups``), ``"other"`` when another receiver holds it
-        (senders notify already), None when a sender's transaction kept it past ``lock_timeout`` (a send in flight
-        may be found only by the fallback poll). Either way, look at the queue once more before waiting."""
+        First waits for the senders that relied on another's notification instead of notifying (the covered lock,
+        ``create_wake_function``). Returns ``"held"`` when this connection took the queue's wake-up lock (after
+        every sender's transaction that started before; release it with ``release_wakeups``), ``"other"`` when
+        another receiver holds it (senders notify already), None when a sender's transaction kept it past
+        ``lock_timeout`` (a send in flight may be found only by the fallback poll). Either way, look at the queue
+        once more before waiting."""
         cur = connection.cursor()
         table = {"table": self.qualified(address)}
-        if self.scalar(cur, "wake_lock_try", table):
+        try:
+            held = self.scalar(cur, "wake_lock_try", table)
+        except Exception as exc:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                raise
+            held = self.scalar(cur, "wake_lock_try_now", table)  # a send relying on a notification is still open
+        if held:
             return "held"
         if self.scalar(cur, "wake_lock_held", table):
             return "other"
@@ -313,6 +321,10 @@ class PostgresDialect(Dialect):
                 raise
             return "other" if self.scalar(cur, "wake_lock_held", table) else None
         return "held"
+
+    def queue_has_rows(self, connection: Any, address: QueueAddress) -> bool:
+        """Whether the queue holds a row (a look on the listening connection, after taking the wake-up lock)."""
+        return bool(self.scalar(connection.cursor(), "wake_peek", None, **self.identifiers(address)))
 
     def release_wakeups(self, connection: Any, address: QueueAddress) -> None:
         """The receiver on this connection is busy: senders stop notifying unless another receiver waits."""

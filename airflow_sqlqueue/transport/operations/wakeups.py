@@ -4,12 +4,15 @@ On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=Tr
 ``enable_notifications``) that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints
 included: what they write is unchanged), but only while a watcher waits: a waiting watcher holds the queue's
 wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
-``create_wake_function`` in ``postgres.sql`` for why no send is missed). A watcher that finds the trigger listens
-and wakes as soon as a message is committed. On SQLite a committed write changes the database's files (the WAL, or
-the main file): the watcher stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and at
-once when a write transaction of its own process ends (``LOCAL_WRITES``; blocking waits only: ``wait_async``
-stats), and looks at the queue when they changed (a write to another table of the same file wakes it too: one
-extra look).
+``create_wake_function`` in ``postgres.sql`` for why no send is missed; while one sender's notification is in
+flight the others rely on it, so one transaction per queue at a time takes the global notify lock). A watcher that
+finds the trigger listens and wakes as soon as a message is committed. On SQLite a committed write changes the
+database's files (the WAL, or the main file): on Linux the watcher is woken by inotify on their directory
+(``file_events``, through the C library) as any process writes them, then looks at the files every
+``HOT_CHECK_INTERVAL`` for a while (the commit is visible once the WAL index's header changes, a little after the
+write); elsewhere it stats them every ``FILE_CHECK_INTERVAL`` seconds, which costs no query, and at once when a
+write transaction of its own process ends (``LOCAL_WRITES``; blocking waits only). Either way it looks at the
+queue when they changed (a write to another table of the same file wakes it too: one extra look).
 
 Every watcher still polls, in case a wake-up is missed (a dropped connection, a sender that bypasses the table's
 triggers, a file system that does not update times): at ``poll_interval`` after a look that found messages,
@@ -29,17 +32,34 @@ from ..common.redaction import first_line
 from ..common.validation import check_seconds
 from ..tables.queue import TableQueue
 from ..tables.session import LOCAL_WRITES, Session, close_quietly
+from .file_events import FileEvents, open_file_events
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two looks at a SQLite database's files (a stat each: no query, no lock). 20 ms keeps a send ->
 #: wake-up under 10 ms at the median, for about 1% of a core per idle watcher (0.2 s: 0.1%, 10 ms: 1.3%, measured).
 FILE_CHECK_INTERVAL = 0.02
+#: With inotify (Linux), which wakes a watcher at once on any process's write, the files are still stat'ed this
+#: often, in case an event is not raised (a belt: none was missed in the tests and benchmarks).
+EVENT_CHECK_INTERVAL = 0.5
 
 
-def _signature(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
-    """What changes when a transaction commits into these files: modification time, size and inode of each."""
-    out: list[tuple[int, int, int] | None] = []
+#: Bytes of the WAL index (``-shm``) header read with each look at the files: its change counter and last frame
+#: change when a commit becomes visible to readers, which is after the WAL file was written (and synced).
+WAL_INDEX_HEADER = 48
+#: After a write event (inotify), how long the files are looked at every ``HOT_CHECK_INTERVAL`` seconds: the event
+#: comes when the WAL is written, the commit is visible only once it is synced and the WAL index updated.
+HOT_SECONDS = 0.2
+HOT_CHECK_INTERVAL = 0.002
+#: Times in a row a watcher that asks for wake-ups may find rows and let go of the lock at once (busy again); then
+#: it keeps it once, so a watcher whose looks find none of those rows cannot loop.
+MAX_PEEKED = 8
+
+
+def _signature(paths: list[str]) -> tuple[Any, ...]:
+    """What changes when a transaction commits into these files: modification time, size and inode of each, and
+    the WAL index's header (the ``-shm`` file beside a ``-wal``)."""
+    out: list[Any] = []
     for path in paths:
         try:
             st = os.stat(path)
@@ -47,6 +67,12 @@ def _signature(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
             out.append(None)
         else:
             out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        if path.endswith("-wal"):
+            try:
+                with open(path[:-4] + "-shm", "rb", buffering=0) as index:
+                    out.append(index.read(WAL_INDEX_HEADER))
+            except OSError:
+                out.append(None)
     return tuple(out)
 
 
@@ -75,6 +101,9 @@ class Wakeups:
         self._want_push = push and self.dialect.supports_notify
         self._want_files = push and self.dialect.supports_file_watch
         self._files: list[str] = []
+        self._events: FileEvents | None = None
+        #: Until when (monotonic) to look at the files every HOT_CHECK_INTERVAL (after a write event).
+        self._hot_until = 0.0
         self._seen: tuple[Any, ...] = ()
         self._listener: Any = None
         self._pause = self.poll_interval
@@ -84,6 +113,8 @@ class Wakeups:
         #: Whether senders notify for this queue: this listener holds its wake-up lock ("held"), another watcher
         #: does ("other"), or neither could be made sure of ("none"); None: not asked since the last wake-up.
         self._covered: str | None = None
+        #: Re-armings in a row that found rows and let go of the lock again (at MAX_PEEKED the next one keeps it).
+        self._peeked = 0
         #: Wake-ups received for this queue (for logs and tests).
         self.woken = 0
         #: Times this watcher asked senders to notify (took or found the wake-up lock) before waiting.
@@ -144,6 +175,7 @@ class Wakeups:
         if files and os.path.exists(files[0]):
             self._files = files
             self._seen = _signature(files)
+            self._events = open_file_events(files[0])
 
     def changed(self) -> bool:
         """Whether the watched files changed since the last look (and remember them as seen)."""
@@ -159,6 +191,9 @@ class Wakeups:
                     "while idle")
         if self.push:
             return f"woken on each send (LISTEN), with a fallback poll {fallback}"
+        if self._files and self._events is not None:
+            return (f"woken when the database's files are written (inotify, and a stat every "
+                    f"{EVENT_CHECK_INTERVAL:g} s), with a fallback poll {fallback}")
         if self._files:
             return (f"woken when the database's files change (checked every {FILE_CHECK_INTERVAL:g} s without a "
                     f"query), with a fallback poll {fallback}")
@@ -167,8 +202,11 @@ class Wakeups:
         return f"polling {fallback}{hint}"
 
     def close(self) -> None:
-        """Stop listening (the connection is closed, which releases its wake-up lock)."""
+        """Stop listening (the connection is closed, which releases its wake-up lock) and watching the files."""
         self._covered = None
+        events, self._events = self._events, None
+        if events is not None:
+            events.close()
         listener, self._listener = self._listener, None
         if listener is not None:
             close_quietly(listener)
@@ -200,8 +238,15 @@ class Wakeups:
                 if self.changed():
                     self.woken += 1
                     return True
-                # a write of this process ends the wait at once; other processes' are seen at the next stat
-                LOCAL_WRITES.wait(seen, min(FILE_CHECK_INTERVAL, left))
+                events = self._events
+                if events is not None:  # any process's write ends the wait (once visible: the hot looks)
+                    hot = time.monotonic() < self._hot_until
+                    if events.wait(min(HOT_CHECK_INTERVAL if hot else EVENT_CHECK_INTERVAL, left)):
+                        self._hot_until = time.monotonic() + HOT_SECONDS
+                    elif events.closed:
+                        return False  # close() ended the wait
+                else:  # a write of this process ends the wait at once; other processes' are seen at the next stat
+                    LOCAL_WRITES.wait(seen, min(FILE_CHECK_INTERVAL, left))
             self.changed()
             return False
         try:
@@ -209,6 +254,19 @@ class Wakeups:
                 # "held", "other", or "none" when a sender's open transaction kept the lock past lock_timeout
                 self._covered = self.dialect.hold_wakeups(listener, self.queue.address) or "none"
                 self.covers += 1
+                # Wake-ups that came meanwhile are for commits the look below sees: drop them, or each would start
+                # one more wake cycle (and, while it is armed, more senders would notify).
+                while self.dialect.notifications(listener, 0):
+                    pass
+                if self._covered == "held" and self._peeked < MAX_PEEKED and self.dialect.queue_has_rows(
+                        listener, self.queue.address):
+                    # Messages came meanwhile: the caller is busy again at once. Held, the lock would keep every
+                    # sender notifying for as long as it works (it calls wait again only once the queue is empty).
+                    self.dialect.release_wakeups(listener, self.queue.address)
+                    self._covered = None
+                    self._peeked += 1  # a bound, should its looks keep finding none of them: then keep the lock
+                    return True
+                self._peeked = 0
                 # Senders notify from now on; a send committed since the caller's last look did not: look again.
                 return True
             pause = self.next_pause(found)
@@ -248,7 +306,14 @@ class Wakeups:
             if self.changed():  # a stat or two: cheap enough for the event loop
                 self.woken += 1
                 return True
-            await asyncio.sleep(min(FILE_CHECK_INTERVAL, left))
+            events = self._events
+            if events is None:
+                await asyncio.sleep(min(FILE_CHECK_INTERVAL, left))
+                continue
+            hot = time.monotonic() < self._hot_until
+            if await events.wait_async(min(HOT_CHECK_INTERVAL if hot else EVENT_CHECK_INTERVAL, left)):
+                self._hot_until = time.monotonic() + HOT_SECONDS
+            elif events.closed:
+                return False
         self.changed()
         return False
-

@@ -264,16 +264,29 @@ VACUUM (ANALYZE) {queue}
 -- Push wake-ups (opt-in), payload ["schema","table"], channel sqlqueue, delivered at commit; what a sender (.NET
 -- or this provider) writes is unchanged. (Earlier versions' trigger called sqlqueue_notify: a NOTIFY on every
 -- inserting statement, and every committing NOTIFY takes PostgreSQL's global notify lock, so commits of concurrent
--- senders queued behind each other. Re-installing wake-ups moves a queue to this function.) A NOTIFY only when a receiver waits: an idle receiver holds the queue's
--- wake-up lock (advisory, keys 1644256948 and the table's oid) exclusively on its listening connection, or is
--- queued for it. Otherwise the statement holds that lock shared until its transaction ends (no NOTIFY, no
--- global lock): a receiver that starts waiting meanwhile gets the lock only after this commit, then looks once
--- more, so it sees these rows. Shared holders never wait for each other; senders never wait for receivers.
+-- senders queued behind each other. Re-installing wake-ups moves a queue to this function.) Three advisory locks
+-- per queue (keys 1644256948/49/50 and the table's oid), none of which a sender ever waits for:
+-- * the wake-up lock (...48): an idle receiver holds it exclusively on its listening connection, or is queued
+--   for it. When a statement can take it shared, nobody waits: it keeps it to the end of its transaction (no
+--   NOTIFY, no global lock), and a receiver that starts waiting meanwhile gets it only after this commit, then
+--   looks once more, so it sees these rows.
+-- * the notifier lock (...49): a receiver waits. The first statement to take it (to the end of its transaction)
+--   notifies; while that notification is in flight the others do not, so at most one transaction per queue at a
+--   time takes the global notify lock.
+-- * the covered lock (...50): a statement that relies on the notification in flight holds it shared to the end of
+--   its transaction; a receiver takes it (waits for those commits) before it looks and waits again, so it sees
+--   these rows even when they commit after the notification woke it. Any lock not granted at once: NOTIFY.
 CREATE OR REPLACE FUNCTION {wake_function}() RETURNS trigger LANGUAGE plpgsql AS $sqlqueue$
 BEGIN
-    IF NOT pg_try_advisory_xact_lock_shared(1644256948, TG_RELID::integer) THEN
-        PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text);
+    IF pg_try_advisory_xact_lock_shared(1644256948, TG_RELID::integer) THEN
+        RETURN NULL;
     END IF;
+    IF NOT pg_try_advisory_xact_lock(1644256949, TG_RELID::integer) THEN
+        IF pg_try_advisory_xact_lock_shared(1644256950, TG_RELID::integer) THEN
+            RETURN NULL;  -- another transaction's notification is in flight; a receiver waits for this commit
+        END IF;
+    END IF;
+    PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text);
     RETURN NULL;
 END
 $sqlqueue$
@@ -292,8 +305,22 @@ CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue} FOR EACH STATEMENT EXECU
 SET lock_timeout = '200ms'
 
 -- wake_lock_try --
--- A receiver starts waiting: take the queue's wake-up lock at once when no sender's statement holds it.
+-- A receiver starts waiting: first wait for the senders that relied on a notification of the last wake cycle
+-- (the covered lock, taken and released by this autocommit statement; bounded by lock_timeout), then take the
+-- queue's wake-up lock at once when no sender's statement holds it. (A WITH query with a volatile function is run
+-- once, before the outer query reads its row, on every PostgreSQL version.)
+WITH covered AS (SELECT pg_advisory_xact_lock(1644256950, to_regclass(%(table)s)::oid::integer))
+SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer) FROM covered
+
+-- wake_lock_try_now --
+-- The same without waiting for those senders (they kept the covered lock past lock_timeout).
 SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer)
+
+-- wake_peek --
+-- On the listening connection, right after taking the wake-up lock: whether the queue holds a row (then the
+-- receiver is busy again at once: it releases the lock instead of keeping senders notifying while it works). Rows
+-- other receivers hold are skipped, as a receive skips them.
+SELECT EXISTS (SELECT 1 FROM {queue} LIMIT 1 FOR UPDATE SKIP LOCKED)
 
 -- wake_lock_held --
 -- Whether another receiver holds the queue's wake-up lock (then senders notify already).
