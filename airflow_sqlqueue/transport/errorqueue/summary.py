@@ -26,15 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..dialects.base import ERROR_GROUPS_STATE_TABLE, ERROR_GROUPS_TABLE
 from ..tables.queue import TableQueue
 from ..tables.session import Session
 
 log = logging.getLogger(__name__)
 
 #: The summary tables' names (in the error queue's schema).
-GROUPS_TABLE = "SqlQueueErrorGroups"
-STATE_TABLE = "SqlQueueErrorGroupsState"
-GROUPS_INDEX = "SqlQueueErrorGroups_ErrorQueue_ix"
+GROUPS_TABLE = ERROR_GROUPS_TABLE
+STATE_TABLE = ERROR_GROUPS_STATE_TABLE
 #: Rows counted per catch-up transaction.
 CATCH_UP_ROWS = 20_000
 #: Rows a page's read counts at most before it answers (the rest: the next read, or the maintenance catch-up).
@@ -70,12 +70,9 @@ class ErrorGroupSummary:
         self.dialect = error_queue.dialect
         self.queue = error_queue
         self.name = error_queue.name
-        d = self._d
-        schema = {"schema": error_queue.address.schema, "catalog": error_queue.address.catalog}
-        self.groups_address = replace(d.parse_address(GROUPS_TABLE), **schema)
-        self.state_address = replace(d.parse_address(STATE_TABLE), **schema)
-        self.ids = {**error_queue.ids, "groups": d.qualified(self.groups_address),
-                    "state": d.qualified(self.state_address), "groups_index": d.quote(GROUPS_INDEX)}
+        self.ids = dict(error_queue.ids)  # {queue}, {groups}, {state}, {groups_index}: see Dialect.identifiers
+        self.groups_address = replace(error_queue.address, table=GROUPS_TABLE)
+        self.state_address = replace(error_queue.address, table=STATE_TABLE)
         self._exists = False
 
     @property
@@ -153,7 +150,8 @@ class ErrorGroupSummary:
         d = self._d
         high = d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
         high = int(high or 0)
-        newest = d.execute(cur, "seq_bounds", None, **self.ids).fetchone()[1]
+        bounds = d.execute(cur, "seq_bounds", None, **self.ids).fetchone()
+        newest = None if bounds is None else bounds[1]
         if newest is not None and int(newest) < high:  # positions went backwards: the table was made again
             log.warning("error groups of %s: newest position %s is below the high water %s; counting again",
                         self.name, newest, high)
@@ -211,7 +209,7 @@ class ErrorGroupSummary:
         def work(cur: Any) -> SummaryState:
             groups = d.execute(cur, "error_groups_list", self.key, **self.ids).fetchall()
             state = d.execute(cur, "error_groups_state_read", self.key, **self.ids).fetchone()
-            rows, newest = d.execute(cur, "count_and_last", None, **self.ids).fetchone()
+            rows, newest = d.execute(cur, "count_and_last", None, **self.ids).fetchone() or (0, None)
             high = int(state[0]) if state else 0
             behind = 0
             if newest is not None and int(newest) > high:

@@ -617,9 +617,8 @@ SELECT RowVersion / %(batch_size)s, COUNT_BIG(*) FROM {queue} WITH (READPAST) GR
 -- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
 SELECT COUNT_BIG(*), MAX(RowVersion) FROM {queue} WITH (READPAST)
 
--- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group counts of each error queue, so the page reads a few rows instead of every failed message. {groups} holds one row per (error queue, FailedQ, exception type, message type) with its count and first and last failure; {state} one row per error queue with the highest RowVersion counted (HighWater). Rows above HighWater are counted by a catch-up; a retry, delete or archive by this provider takes its rows out in its own transaction. A rebuild clears and counts again.
-
 -- create_error_groups_table --
+-- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one row per error queue with the highest RowVersion counted (HighWater). Rows above HighWater are counted by a catch-up; a retry, delete or archive by this provider takes its rows out in its own transaction. A rebuild clears and counts again.
 -- Group counts of the error queues of this schema (no key: rows are added only under the state row's lock). Run only after table_exists said no; a concurrent creator's 2714 counts as created.
 CREATE TABLE {groups} (
     ErrorQueue nvarchar(450) NOT NULL,

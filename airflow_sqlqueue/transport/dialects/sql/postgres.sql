@@ -590,14 +590,13 @@ SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
 -- Rows and the newest position (index-only): unchanged both, no row came or went (a new row gets a higher position).
 SELECT count(*), max(seq) FROM {queue}
 
+-- create_error_groups_table --
 -- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group
--- counts of each error queue, so the page reads a few rows instead of every failed message. {groups} holds one row
--- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; {state} one
+-- counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row
+-- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one
 -- row per error queue with the highest position counted (high_water). Rows above high_water are counted by a
 -- catch-up (rows .NET endpoints or this provider's receivers moved in); a retry, delete or archive by this
 -- provider takes its rows out in its own transaction. A rebuild clears and counts again.
-
--- create_error_groups_table --
 -- Group counts of the error queues of this schema (no key: rows are added only under the state row's lock).
 CREATE TABLE IF NOT EXISTS {groups} (
     error_queue varchar(450) NOT NULL,

@@ -405,14 +405,13 @@ SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
 -- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
 SELECT count(*), max(seq) FROM {queue}
 
+-- create_error_groups_table --
 -- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group
--- counts of each error queue, so the page reads a few rows instead of every failed message. {groups} holds one row
--- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; {state} one
+-- counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row
+-- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one
 -- row per error queue with the highest position counted (HighWater). Rows above HighWater are counted by a catch-up;
 -- a retry, delete or archive by this provider takes its rows out in its own transaction. The group fields are the
 -- BLOBs failed_groups reads. Times are UTC text.
-
--- create_error_groups_table --
 -- Group counts of the error queues of this database (no key: rows are added only by the one writer).
 CREATE TABLE IF NOT EXISTS {groups} (
     ErrorQueue varchar(450) NOT NULL,
