@@ -163,7 +163,8 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
                 metrics.incr("retried", conn_id, queue, count)
             note("batch", batch=first_batch + record.batch, looked_at=record.looked_at, returned=record.returned,
                  left=record.left, detail={"run_started_at": began, "started_at": record.started_at,
-                                                    "finished_at": record.finished_at})
+                                                    "finished_at": record.finished_at},
+                 user_name=started_by, message_ids=record.returned_ids)
             log.info("batch %d: %d of %d returned (%s), %d left; %d returned so far", first_batch + record.batch,
                      record.total_returned, record.looked_at, record.returned, len(record.left), done[0])
 

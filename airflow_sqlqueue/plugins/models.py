@@ -319,6 +319,8 @@ class Conversation(Answer):
     conversation_id: str
     messages: list[ConversationMessage]
     more: bool
+    after: int
+    next_after: int | None
 
 
 class RetrySummary(Answer):

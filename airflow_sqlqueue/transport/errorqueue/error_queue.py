@@ -442,7 +442,9 @@ class ErrorQueue:
                 break
             started = clock()
             returned, left = self.retry_batch([Position(p.seq, p.id) for p in page])
-            record = BatchRecord(number, started, clock(), len(page), returned, left)
+            stayed = {x["id"] for x in left}
+            record = BatchRecord(number, started, clock(), len(page), returned, left,
+                                 [str(p.id) for p in page if clean_text(p.id)[0] not in stayed])
             summary.batches.append(record)
             counted += len(page)
             after = page[-1].seq
