@@ -22,7 +22,8 @@ KINDS = ["System.TimeoutException", "Sales.RejectedException", "System.IO.IOExce
 
 def headers_of(db: Db, i: int, kind: str | None = None) -> dict[str, str]:
     return {h.FAILED_Q: db.transport.name(db.q("orders")), h.EXCEPTION_TYPE: kind or KINDS[i % 3],
-            h.ENCLOSED_MESSAGE_TYPES: f"Sales.Message{i % 2}", h.TIME_OF_FAILURE: f"2026-11-01 10:00:{i % 60:02d}:000000 Z"}
+            h.ENCLOSED_MESSAGE_TYPES: f"Sales.Message{i % 2}",
+            h.TIME_OF_FAILURE: f"2026-11-01 10:00:{i % 60:02d}:000000 Z"}
 
 
 def fill(db: Db, n: int, start: int = 0) -> None:
@@ -160,3 +161,18 @@ def test_the_tables_are_made_beside_the_error_queue_once(db: Db) -> None:
     summary.create()
     assert summary.session.run(summary.exists, read_only=True)
     assert summary.groups_address.schema == db.transport.address(db.q("error")).schema
+
+
+def test_the_command_line_catches_up_reports_drift_and_rebuilds(db: Db) -> None:
+    from tests.test_cli import Cli
+
+    fill(db, 12)
+    cli = Cli(db)
+    first = json.loads(cli("error-groups", "--json").out)
+    assert (first["rows"], first["grouped"], first["counted_now"], first["drift"]) == (12, 12, 12, 0)
+    table = db.transport.dialect.qualified(db.transport.address(db.q("error")))
+    db.sql(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} ORDER BY seq LIMIT 2)")  # noqa: S608
+    drifted = cli("error-groups")
+    assert "--rebuild" in drifted.err
+    rebuilt = json.loads(cli("error-groups", "--rebuild", "--json").out)
+    assert (rebuilt["rows"], rebuilt["grouped"], rebuilt["drift"], rebuilt["rebuilt"]) == (10, 10, 0, True)
