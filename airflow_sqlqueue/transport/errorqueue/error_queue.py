@@ -267,7 +267,12 @@ class ErrorQueue:
         except (InvalidAddressError, ValueError):
             return [failed_q]
         spellings = [failed_q]
-        for group in self.groups():
+        try:  # the error groups summary: a few rows instead of a pass over the queue
+            groups, _ = self.summary_groups()
+        except Exception:  # noqa: BLE001 - no right to write the summary tables: group the queue itself
+            log.warning("error groups summary of %s cannot be used; grouping the queue", self.name)
+            groups = self.groups()
+        for group in groups:
             text = group["failed_q"]
             if not text or text in spellings:
                 continue

@@ -167,6 +167,9 @@ class ErrorGroupSummary:
 
     def _add_range(self, cur: Any, after: int, through: int) -> int:
         d = self._d
+        if "error_groups_merge_range" in d.statements:  # one statement (PostgreSQL), else one per group
+            return int(d.scalar(cur, "error_groups_merge_range", {**self.key, "after_seq": after,
+                                                                  "through_seq": through}, **self.ids) or 0)
         rows = d.execute(cur, "error_groups_range", {"after_seq": after, "through_seq": through},
                          **self.ids).fetchall()
         total = 0

@@ -703,6 +703,49 @@ FROM (
 ) AS f
 GROUP BY failed_q, exception_type, message_type
 
+-- error_groups_merge_range --
+-- error_groups_range counted into the groups in one statement (one round trip however many groups the rows hold):
+-- existing groups updated, new ones inserted; returns the rows counted.
+WITH r AS (
+    SELECT failed_q, exception_type, message_type, count(*) AS n, min(time_of_failure) AS first_failure,
+           max(time_of_failure) AS last_failure
+    FROM (
+        SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                        NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+               left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+        FROM {queue}
+        WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
+    ) AS f
+    GROUP BY failed_q, exception_type, message_type
+), u AS (
+    UPDATE {groups} AS g SET
+        first_failure = CASE WHEN g.message_count = 0 OR g.first_failure IS NULL THEN r.first_failure
+                             WHEN r.first_failure IS NULL OR g.first_failure <= r.first_failure THEN g.first_failure
+                             ELSE r.first_failure END,
+        last_failure = CASE WHEN g.message_count = 0 OR g.last_failure IS NULL THEN r.last_failure
+                            WHEN r.last_failure IS NULL OR g.last_failure >= r.last_failure THEN g.last_failure
+                            ELSE r.last_failure END,
+        message_count = g.message_count + r.n
+    FROM r
+    WHERE g.error_queue = %(error_queue)s AND g.failed_q IS NOT DISTINCT FROM r.failed_q
+      AND g.exception_type IS NOT DISTINCT FROM r.exception_type AND g.message_type IS NOT DISTINCT FROM r.message_type
+    RETURNING g.failed_q, g.exception_type, g.message_type
+), i AS (
+    INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure)
+    SELECT %(error_queue)s, r.failed_q, r.exception_type, r.message_type, r.n, r.first_failure, r.last_failure
+    FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.failed_q IS NOT DISTINCT FROM r.failed_q
+                      AND u.exception_type IS NOT DISTINCT FROM r.exception_type
+                      AND u.message_type IS NOT DISTINCT FROM r.message_type)
+    RETURNING 1
+)
+SELECT COALESCE(sum(n), 0) FROM r
+
 -- error_group_of --
 -- The group of one row addressed by position and Id (fields as error_groups_range reads them), the row locked: the
 -- retry or delete about to take it out says which group counts one less.
