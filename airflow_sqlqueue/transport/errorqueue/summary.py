@@ -92,8 +92,8 @@ class ErrorGroupSummary:
         return self._exists
 
     def create(self) -> None:
-        """The two tables and the state row of this error queue, unless they exist (a concurrent creator's
-        duplicate-object error counts as created)."""
+        """The two tables, unless they exist (a concurrent creator's duplicate-object error counts as created; the
+        state row of this error queue is made by its first catch-up)."""
         if not self.session.run(self.exists, what="error groups tables", read_only=True):
             for statements in (("create_error_groups_table", "create_error_groups_index"),
                                ("create_error_groups_state_table",)):
@@ -104,8 +104,6 @@ class ErrorGroupSummary:
                     self._exists = False
                     if not self.session.run(self.exists, what="error groups tables", read_only=True):
                         raise
-        self.session.run(lambda cur: self._d.execute(cur, "error_groups_state_insert", self.key, **self.ids),
-                         what=f"start the error groups of {self.name!r}")
 
     # -- rows going out -----------------------------------------------------------------------------
     def high_water(self, cursor: Any) -> int | None:
@@ -149,6 +147,9 @@ class ErrorGroupSummary:
     def _catch_up_once(self, cur: Any, step: int) -> tuple[int, bool]:
         d = self._d
         high = d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
+        if high is None:  # the first catch-up of this error queue: its state row, then locked
+            d.execute(cur, "error_groups_state_insert", self.key, **self.ids)
+            high = d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
         high = int(high or 0)
         bounds = d.execute(cur, "seq_bounds", None, **self.ids).fetchone()
         newest = None if bounds is None else bounds[1]
@@ -190,8 +191,14 @@ class ErrorGroupSummary:
         """Clear the groups and count every row again, ``chunk`` rows per transaction (the page shows the rows not
         counted yet meanwhile); the rows counted."""
         self.create()
-        self.session.run(lambda cur: (self._d.scalar(cur, "error_groups_state_lock", self.key, **self.ids),
-                                      self._clear(cur)), what=f"rebuild the error groups of {self.name!r}")
+
+        def clear(cur: Any) -> None:
+            if self._d.scalar(cur, "error_groups_state_lock", self.key, **self.ids) is None:
+                self._d.execute(cur, "error_groups_state_insert", self.key, **self.ids)
+                self._d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
+            self._clear(cur)
+
+        self.session.run(clear, what=f"rebuild the error groups of {self.name!r}")
         counted = 0
         while True:
             done, more = self.session.run(lambda cur: self._catch_up_once(cur, chunk),
