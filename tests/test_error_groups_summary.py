@@ -10,6 +10,8 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
+
 from airflow_sqlqueue.dashboard import failed
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport.errorqueue.previews import Position
@@ -176,3 +178,30 @@ def test_the_command_line_catches_up_reports_drift_and_rebuilds(db: Db) -> None:
     assert "--rebuild" in drifted.err
     rebuilt = json.loads(cli("error-groups", "--rebuild", "--json").out)
     assert (rebuilt["rows"], rebuilt["grouped"], rebuilt["drift"], rebuilt["rebuilt"]) == (10, 10, 0, True)
+
+
+def test_a_group_action_walks_only_the_positions_its_group_spans(db: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sqlqueue.dashboard import group_actions
+    from airflow_sqlqueue.transport.errorqueue.error_queue import ErrorQueue
+    from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter
+
+    fill(db, 50)
+    insert_as_dotnet(db, 4, kind="Late.Exception")  # a group at the end of the queue
+    where = FailedFilter(exception_type="Late.Exception")
+    count, after, through = group_actions.check_count(db.transport, db.q("error"), where, 4)
+    assert count == 4 and after >= 50 and through is not None
+    reads: list[tuple[int, int | None]] = []
+    real = ErrorQueue.page
+
+    def recorded(self: ErrorQueue, **kw: Any) -> Any:
+        reads.append((kw.get("after_seq", 0), kw.get("through_seq")))
+        return real(self, **kw)
+
+    monkeypatch.setattr(ErrorQueue, "page", recorded)
+    done = group_actions.return_group(db.transport, db.q("error"), [db.q("orders")], where, 4)
+    assert done["total_returned"] == 4 and done["left"] == []
+    assert reads and all(a >= after for a, _ in reads)  # never from the start of the queue
+    insert_as_dotnet(db, 3, kind="Late.Other")
+    other = FailedFilter(exception_type="Late.Other")
+    assert group_actions.delete_group(db.transport, db.q("error"), other, 3) == {"deleted": 3, "not_found": 0}
+    assert_agrees(db)

@@ -201,11 +201,13 @@ class ErrorQueue:
         ``groups``, with the summary's state (rows behind, drift)."""
         state = self.summary.read() if catch_up_rows is None else self.summary.read(catch_up_rows)
         groups = []
-        for failed_q, exception_type, message_type, count, first, last in state.groups:
+        for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in state.groups:
             texts = [clean_text(self.dialect.header_field(v))[0]
                      for v in (failed_q, exception_type, message_type, first, last)]
             groups.append({"failed_q": texts[0], "exception_type": texts[1], "message_type": texts[2],
-                           "count": int(count), "first_failure": texts[3], "last_failure": texts[4]})
+                           "count": int(count), "first_failure": texts[3], "last_failure": texts[4],
+                           "first_seq": None if first_seq is None else int(first_seq),
+                           "last_seq": None if last_seq is None else int(last_seq)})
         return groups, state
 
     def page(self, *, after_seq: int = 0, limit: int = 50, where: FailedFilter | None = None,

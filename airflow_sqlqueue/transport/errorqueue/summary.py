@@ -174,10 +174,10 @@ class ErrorGroupSummary:
         rows = d.execute(cur, "error_groups_range", {"after_seq": after, "through_seq": through},
                          **self.ids).fetchall()
         total = 0
-        for failed_q, exception_type, message_type, count, first, last in rows:
+        for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in rows:
             params = {**self.key, "failed_q": failed_q, "exception_type": exception_type,
                       "message_type": message_type, "message_count": int(count), "first_failure": first,
-                      "last_failure": last}
+                      "last_failure": last, "first_seq": int(first_seq), "last_seq": int(last_seq)}
             if (d.execute(cur, "error_groups_add", params, **self.ids).rowcount or 0) < 1:
                 d.execute(cur, "error_groups_insert", params, **self.ids)
             total += int(count)

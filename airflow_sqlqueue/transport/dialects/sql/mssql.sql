@@ -626,6 +626,8 @@ CREATE TABLE {groups} (
     ExceptionType nvarchar(4000) NULL,
     MessageType nvarchar(4000) NULL,
     MessageCount bigint NOT NULL,
+    FirstSeq bigint NULL,
+    LastSeq bigint NULL,
     FirstFailure nvarchar(4000) NULL,
     LastFailure nvarchar(4000) NULL
 )
@@ -676,7 +678,7 @@ DELETE FROM {groups} WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_list --
 -- The groups of one error queue that hold messages, largest first.
-SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure
+SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure, FirstSeq, LastSeq
 FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0
 ORDER BY MessageCount DESC, FailedQ, ExceptionType, MessageType
 
@@ -689,6 +691,10 @@ UPDATE {groups} SET
     LastFailure = CASE WHEN MessageCount = 0 OR LastFailure IS NULL THEN %(last_failure)s
                        WHEN %(last_failure)s IS NULL OR LastFailure >= %(last_failure)s THEN LastFailure
                        ELSE %(last_failure)s END,
+    FirstSeq = CASE WHEN MessageCount = 0 OR FirstSeq IS NULL OR FirstSeq > %(first_seq)s THEN %(first_seq)s
+                    ELSE FirstSeq END,
+    LastSeq = CASE WHEN MessageCount = 0 OR LastSeq IS NULL OR LastSeq < %(last_seq)s THEN %(last_seq)s
+                   ELSE LastSeq END,
     MessageCount = MessageCount + %(message_count)s
 WHERE ErrorQueue = %(error_queue)s
   AND (FailedQ = %(failed_q)s OR (FailedQ IS NULL AND %(failed_q)s IS NULL))
@@ -697,8 +703,9 @@ WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_insert --
 -- A new group of one error queue.
-INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure)
-VALUES (%(error_queue)s, %(failed_q)s, %(exception_type)s, %(message_type)s, %(message_count)s, %(first_failure)s, %(last_failure)s)
+INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure,
+                      FirstSeq, LastSeq)
+VALUES (%(error_queue)s, %(failed_q)s, %(exception_type)s, %(message_type)s, %(message_count)s, %(first_failure)s, %(last_failure)s, %(first_seq)s, %(last_seq)s)
 
 -- error_groups_forget --
 -- One counted message left the error queue: its group counts one less.
@@ -711,9 +718,10 @@ WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_range --
 -- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields read exactly as failed_groups reads them. No READPAST: a row another session is still inserting is waited for, not skipped past.
-SELECT f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure), MAX(f.time_of_failure)
+SELECT f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure), MAX(f.time_of_failure),
+       MIN(f.seq), MAX(f.seq)
 FROM (
-    SELECT CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+    SELECT RowVersion AS seq, CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
                AS exception_type,
            CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)

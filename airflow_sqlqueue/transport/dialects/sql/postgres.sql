@@ -605,7 +605,9 @@ CREATE TABLE IF NOT EXISTS {groups} (
     message_type text NULL,
     message_count bigint NOT NULL,
     first_failure text NULL,
-    last_failure text NULL
+    last_failure text NULL,
+    first_seq bigint NULL,
+    last_seq bigint NULL
 )
 
 -- create_error_groups_index --
@@ -655,7 +657,7 @@ DELETE FROM {groups} WHERE error_queue = %(error_queue)s
 
 -- error_groups_list --
 -- The groups of one error queue that hold messages, largest first.
-SELECT failed_q, exception_type, message_type, message_count, first_failure, last_failure
+SELECT failed_q, exception_type, message_type, message_count, first_failure, last_failure, first_seq, last_seq
 FROM {groups} WHERE error_queue = %(error_queue)s AND message_count > 0
 ORDER BY message_count DESC, failed_q, exception_type, message_type
 
@@ -668,15 +670,20 @@ UPDATE {groups} SET
     last_failure = CASE WHEN message_count = 0 OR last_failure IS NULL THEN %(last_failure)s::text
                         WHEN %(last_failure)s::text IS NULL OR last_failure >= %(last_failure)s::text THEN last_failure
                         ELSE %(last_failure)s::text END,
+    first_seq = CASE WHEN message_count = 0 OR first_seq IS NULL OR first_seq > %(first_seq)s THEN %(first_seq)s
+                     ELSE first_seq END,
+    last_seq = CASE WHEN message_count = 0 OR last_seq IS NULL OR last_seq < %(last_seq)s THEN %(last_seq)s
+                    ELSE last_seq END,
     message_count = message_count + %(message_count)s
 WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q)s::text
   AND exception_type IS NOT DISTINCT FROM %(exception_type)s::text AND message_type IS NOT DISTINCT FROM %(message_type)s::text
 
 -- error_groups_insert --
 -- A new group of one error queue.
-INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure)
+INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure,
+                      first_seq, last_seq)
 VALUES (%(error_queue)s, %(failed_q)s::text, %(exception_type)s::text, %(message_type)s::text, %(message_count)s, %(first_failure)s::text,
-        %(last_failure)s::text)
+        %(last_failure)s::text, %(first_seq)s, %(last_seq)s)
 
 -- error_groups_forget --
 -- One counted message left the error queue: its group counts one less.
@@ -688,9 +695,9 @@ WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q
 -- error_groups_range --
 -- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields
 -- read exactly as failed_groups reads them.
-SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure), min(seq), max(seq)
 FROM (
-    SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+    SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
                     NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
            COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
                     NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
@@ -708,9 +715,9 @@ GROUP BY failed_q, exception_type, message_type
 -- existing groups updated, new ones inserted; returns the rows counted.
 WITH r AS (
     SELECT failed_q, exception_type, message_type, count(*) AS n, min(time_of_failure) AS first_failure,
-           max(time_of_failure) AS last_failure
+           max(time_of_failure) AS last_failure, min(seq) AS first_seq, max(seq) AS last_seq
     FROM (
-        SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+        SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
                         NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
                COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
                         NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
@@ -730,14 +737,20 @@ WITH r AS (
         last_failure = CASE WHEN g.message_count = 0 OR g.last_failure IS NULL THEN r.last_failure
                             WHEN r.last_failure IS NULL OR g.last_failure >= r.last_failure THEN g.last_failure
                             ELSE r.last_failure END,
+        first_seq = CASE WHEN g.message_count = 0 OR g.first_seq IS NULL OR g.first_seq > r.first_seq THEN r.first_seq
+                         ELSE g.first_seq END,
+        last_seq = CASE WHEN g.message_count = 0 OR g.last_seq IS NULL OR g.last_seq < r.last_seq THEN r.last_seq
+                        ELSE g.last_seq END,
         message_count = g.message_count + r.n
     FROM r
     WHERE g.error_queue = %(error_queue)s AND g.failed_q IS NOT DISTINCT FROM r.failed_q
       AND g.exception_type IS NOT DISTINCT FROM r.exception_type AND g.message_type IS NOT DISTINCT FROM r.message_type
     RETURNING g.failed_q, g.exception_type, g.message_type
 ), i AS (
-    INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure)
-    SELECT %(error_queue)s, r.failed_q, r.exception_type, r.message_type, r.n, r.first_failure, r.last_failure
+    INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure,
+                          first_seq, last_seq)
+    SELECT %(error_queue)s, r.failed_q, r.exception_type, r.message_type, r.n, r.first_failure, r.last_failure,
+           r.first_seq, r.last_seq
     FROM r
     WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.failed_q IS NOT DISTINCT FROM r.failed_q
                       AND u.exception_type IS NOT DISTINCT FROM r.exception_type

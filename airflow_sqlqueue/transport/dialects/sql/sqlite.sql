@@ -419,6 +419,8 @@ CREATE TABLE IF NOT EXISTS {groups} (
     ExceptionType BLOB NULL,
     MessageType BLOB NULL,
     MessageCount INTEGER NOT NULL,
+    FirstSeq INTEGER NULL,
+    LastSeq INTEGER NULL,
     FirstFailure BLOB NULL,
     LastFailure BLOB NULL
 )
@@ -468,7 +470,7 @@ DELETE FROM {groups} WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_list --
 -- The groups of one error queue that hold messages, largest first.
-SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure
+SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure, FirstSeq, LastSeq
 FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0
 ORDER BY MessageCount DESC, FailedQ, ExceptionType, MessageType
 
@@ -481,15 +483,20 @@ UPDATE {groups} SET
     LastFailure = CASE WHEN MessageCount = 0 OR LastFailure IS NULL THEN %(last_failure)s
                        WHEN %(last_failure)s IS NULL OR LastFailure >= %(last_failure)s THEN LastFailure
                        ELSE %(last_failure)s END,
+    FirstSeq = CASE WHEN MessageCount = 0 OR FirstSeq IS NULL OR FirstSeq > %(first_seq)s THEN %(first_seq)s
+                    ELSE FirstSeq END,
+    LastSeq = CASE WHEN MessageCount = 0 OR LastSeq IS NULL OR LastSeq < %(last_seq)s THEN %(last_seq)s
+                   ELSE LastSeq END,
     MessageCount = MessageCount + %(message_count)s
 WHERE ErrorQueue = %(error_queue)s AND FailedQ IS %(failed_q)s AND ExceptionType IS %(exception_type)s
   AND MessageType IS %(message_type)s
 
 -- error_groups_insert --
 -- A new group of one error queue.
-INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure)
+INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure,
+                      FirstSeq, LastSeq)
 VALUES (%(error_queue)s, %(failed_q)s, %(exception_type)s, %(message_type)s, %(message_count)s, %(first_failure)s,
-        %(last_failure)s)
+        %(last_failure)s, %(first_seq)s, %(last_seq)s)
 
 -- error_groups_forget --
 -- One counted message left the error queue: its group counts one less.
@@ -500,16 +507,16 @@ WHERE ErrorQueue = %(error_queue)s AND FailedQ IS %(failed_q)s AND ExceptionType
 -- error_groups_range --
 -- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields
 -- read exactly as failed_groups reads them.
-SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure), min(seq), max(seq)
 FROM (
-    SELECT CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
+    SELECT seq, CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
                AS exception_type,
            CASE WHEN ok THEN substr(CAST(json_extract(headers, '$."NServiceBus.EnclosedMessageTypes"') AS BLOB), 1, 300)
            END AS message_type,
            CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
                AS time_of_failure
-    FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue}
+    FROM (SELECT seq, headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue}
           WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
 ) AS f
 GROUP BY failed_q, exception_type, message_type
