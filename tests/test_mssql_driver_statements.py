@@ -314,7 +314,8 @@ def test_operations_send_every_statement_as_written_for_an_odd_queue_name(level:
     dashboard_failed.failed_messages(transport, transport.name(error), after_seq=0, limit=10, where=FailedFilter())
     with pytest.raises(LookupError):
         dashboard_failed.delete_messages(transport, transport.name(error), [Position(1, str(uuid.UUID(int=1)))])
-    expected = {(a.table, "dbo") for a in (queue, dialect.delayed_address(queue), samples, error)}
+    expected = {(a.table, "dbo") for a in (queue, dialect.delayed_address(queue), samples, error)} | {
+        ("SqlQueueErrorGroups", "dbo"), ("SqlQueueErrorGroupsState", "dbo")}  # the error groups summary
     seen: set[tuple[str, str]] = set()
     for sql, params in calls:
         wire = sql if params is _mssql.NoParams else _pymssql_wire(sql, params)

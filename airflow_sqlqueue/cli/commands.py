@@ -286,6 +286,26 @@ def retry_errors(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     return OK
 
 
+def error_groups(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
+    """Catch the error groups summary up (or rebuild it) and say how it compares with the queue."""
+    _require(transport, [transport.name(transport.error_queue)])
+    summary = transport.errors().summary
+    counted = summary.rebuild() if args.rebuild else summary.catch_up()
+    state = summary.read(catch_up_rows=0)
+    result = {"error_queue": summary.name, "rebuilt": bool(args.rebuild), "counted_now": counted,
+              "rows": state.rows, "grouped": state.counted, "groups": len(state.groups), "behind": state.behind,
+              "drift": state.drift, "high_water": state.high_water}
+    if args.json:
+        emit_json(result)
+    else:
+        print(table(["error queue", "rows", "grouped", "groups", "counted now", "drift"],
+                    [(printable(summary.name), state.rows, state.counted, len(state.groups), counted, state.drift)]))
+        if state.drift:
+            print(f"the groups count {state.drift:+d} rows fewer than the queue holds: rows were taken out or "
+                  "changed outside this provider; run with --rebuild", file=sys.stderr)
+    return OK
+
+
 def _list_errors(transport: SqlQueueTransport, args: argparse.Namespace,
                  select: Callable[[ReceivedMessage], bool]) -> int:
     """List (never take) the failed messages that match: one JSON object each, or a table grouped by cause."""
@@ -379,6 +399,7 @@ COMMANDS = {
     "purge-expired": purge_expired,
     "check": check,
     "retry-errors": retry_errors,
+    "error-groups": error_groups,
     "archive-failed": archive.archive_failed_command,
     "archives": archive.archives_command,
 }

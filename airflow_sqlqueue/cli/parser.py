@@ -162,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a queue the retry may write to (repeatable; required to retry): a message whose FailedQ "
                         "names any other queue, or the error queue itself, stays, with the reason")
 
+    p = command("error-groups", "count the error queue's groups into the summary tables beside it "
+                "(SqlQueueErrorGroups): catch up with rows that came in, or count every row again",
+                "  sqlqueue error-groups                    # count the rows above the high water\n"
+                "  sqlqueue error-groups --rebuild          # after rows were deleted or changed outside the provider\n"
+                "  sqlqueue --url postgresql://app@db/sales --error-queue '\"ops\".\"error\"' error-groups --json")
+    p.add_argument("--rebuild", action="store_true",
+                   help="clear the error queue's groups and count every row again (a pass over the queue)")
+
     archive.add_arguments(command)
 
     p = command("subscribe", "subscribe a queue to events (topics: .NET full type names) in the subscription "

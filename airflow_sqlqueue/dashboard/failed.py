@@ -8,6 +8,7 @@ reason, and nothing is changed.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +17,8 @@ from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.errorqueue.previews import MAX_GROUPS, FailedFilter, Position
 
 from .queues import canonical
+
+log = logging.getLogger(__name__)
 
 #: What the groups can be counted by: one header field each, or the three together.
 GROUP_BY = {"exception_type": ("exception_type",), "message_type": ("message_type",),
@@ -84,10 +87,36 @@ def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str
     return ordered, sum(counts.values())
 
 
+#: A queue of at most this many rows whose summary disagrees with it is counted again at once (larger ones: the
+#: maintenance rebuild, ``sqlqueue error-groups --rebuild``; the answer says by how much they disagree).
+REBUILD_INLINE_ROWS = 20_000
+
+
+def summary_groups(transport: SqlQueueTransport, error_queue: str) -> tuple[list[dict[str, Any]], int,
+                                                                            dict[str, Any]]:
+    """The groups from the error groups summary tables (``transport.errorqueue.summary``): a bounded catch-up of the
+    rows above the high water, then a few rows read; (groups, exact row count, what the summary says of itself).
+    A small queue whose counts disagree with it (rows taken out by another program) is counted again at once."""
+    errors = transport.errors(error_queue)
+    groups, state = errors.summary_groups()
+    if state.drift and state.rows <= REBUILD_INLINE_ROWS:
+        groups, state = errors.summary_groups()  # a retry committed between two reads: look once more
+        if state.drift:
+            log.warning("error groups of %s disagree with the queue by %d rows: counted again", errors.name,
+                        state.drift)
+            errors.summary.rebuild()
+            groups, state = errors.summary_groups()
+    info = {"high_water": state.high_water, "behind": state.behind, "drift": state.drift,
+            "rebuilt_at": state.rebuilt_at, "caught_up_at": state.caught_up_at}
+    return groups, state.rows, info
+
+
 def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type",
-                  cache_key: str | None = None) -> dict[str, Any]:
+                  cache_key: str | None = None, *, use_summary: bool = True) -> dict[str, Any]:
     """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact.
-    With ``cache_key`` (the connection id) they are counted per range of positions and kept (``ranged_groups``).
+    They come from the error groups summary (``summary_groups``; ``summary`` says how far it is behind or off);
+    where its tables cannot be made or written (a read-only login) they are counted per range of positions and kept
+    in memory (with ``cache_key``, ``ranged_groups``), else by one scan.
 
     A field absent or empty is one group, None (the page's "(none)"); each group carries the ``filter`` that lists
     exactly its messages (``missing`` names its None fields)."""
@@ -95,9 +124,18 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
         raise ValueError(f"group by one of {sorted(GROUP_BY)}, not {by!r}")
     keys = GROUP_BY[by]
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    if cache_key is not None:
+    info: dict[str, Any] | None = None
+    raw: list[dict[str, Any]] | None = None
+    total: int | None = None
+    if use_summary:
+        try:
+            raw, total, info = summary_groups(transport, error_queue)
+        except Exception:  # noqa: BLE001 - no right to make or write the summary tables: count as before
+            log.warning("error groups summary of %s cannot be used; counting the groups from the queue", error_queue,
+                        exc_info=True)
+    if raw is None and cache_key is not None:
         raw, total = ranged_groups(transport, error_queue, cache_key)
-    else:
+    elif raw is None:
         raw, total = transport.failed_groups(error_queue), None
     for group in raw:
         group = {**group, **{k: group[k] or None for k in keys}}  # absent or empty: one "(none)" group
@@ -116,7 +154,7 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
                            "missing": [k for k in keys if group[k] is None]}
     return {"error_queue": canonical(transport, error_queue), "by": by,
             "total": transport.count(error_queue) if total is None else total,
-            "grouped": sum(g["count"] for g in groups), "groups": groups}
+            "grouped": sum(g["count"] for g in groups), "groups": groups, "summary": info}
 
 
 #: A filtered or searched page reads at most this many rows (the page may then hold fewer messages than asked, with

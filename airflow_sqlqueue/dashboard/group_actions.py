@@ -32,27 +32,64 @@ class CountChangedError(ValueError):
     """The group does not hold the number of messages the user confirmed."""
 
 
+def group_span(transport: SqlQueueTransport, error_queue: str, where: FailedFilter
+               ) -> tuple[int, int, int | None] | None:
+    """(messages, after, through) of the group ``where`` from the error groups summary: its count and the positions
+    its rows lie within (the first and last position counted into it, and every position above the high water);
+    None when the summary cannot tell (it cannot be used, or it disagrees with the queue)."""
+    try:
+        groups, state = transport.errors(error_queue).summary_groups()
+    except Exception:  # noqa: BLE001 - no right to use the summary tables: the caller counts from the queue
+        return None
+    if state.drift:
+        return None
+    count, first, last = 0, None, None
+    for group in groups:
+        fields = {"failed_q": canonical(transport, group["failed_q"]) if group["failed_q"] else None,
+                  "exception_type": group["exception_type"] or None, "message_type": group["message_type"] or None}
+        if not where.matches(fields):
+            continue
+        if group["first_seq"] is None or group["last_seq"] is None:
+            return count + group["count"], 0, None
+        count += group["count"]
+        first = group["first_seq"] if first is None else min(first, group["first_seq"])
+        last = group["last_seq"] if last is None else max(last, group["last_seq"])
+    if state.behind:
+        return count, 0 if first is None else first - 1, None
+    return count, 0 if first is None else first - 1, last if last is not None else 0
+
+
 def group_count(transport: SqlQueueTransport, error_queue: str, where: FailedFilter) -> int:
     """How many messages the group ``where`` holds now (from the grouped counts: one statement)."""
+    span = group_span(transport, error_queue, where)
+    if span is not None:
+        return span[0]
     groups = failed_groups(transport, error_queue, by="all")["groups"]
     return sum(g["count"] for g in groups if where.matches(g))
 
 
-def check_count(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, expected: int) -> int:
-    count = group_count(transport, error_queue, where)
+def check_count(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, expected: int
+                ) -> tuple[int, int, int | None]:
+    """The group's (count, after, through) when it holds ``expected`` messages (see ``group_span``); else
+    CountChangedError."""
+    span = group_span(transport, error_queue, where)
+    count = span[0] if span is not None else group_count(transport, error_queue, where)
     if count != expected:
         raise CountChangedError(f"the group holds {count} messages now, not the {expected} you confirmed: nothing "
                                 "was changed; look at the group again and confirm its new count")
-    return count
+    return span if span is not None else (count, 0, None)
 
 
-def positions(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, limit: int) -> Iterator[
-        list[Position]]:
-    """The group's positions, page by page (previews of one byte: only positions are used)."""
-    after, seen = 0, 0
+def positions(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, limit: int, after: int = 0,
+              through: int | None = None) -> Iterator[list[Position]]:
+    """The group's positions, page by page (previews of one byte: only positions are used), after position
+    ``after`` up to ``through`` (the span the summary gives: a group at the end of a large queue is not looked for
+    from its start)."""
+    seen = 0
     errors = transport.errors(error_queue)
     while seen < limit:
-        page = errors.page(after_seq=after, limit=min(PAGE, limit - seen), where=where, headers_chars=1, body_bytes=1)
+        page = errors.page(after_seq=after, limit=min(PAGE, limit - seen), where=where, headers_chars=1, body_bytes=1,
+                           through_seq=through)
         if not page:
             return
         yield [Position(p.seq, p.id) for p in page]
@@ -62,10 +99,10 @@ def positions(transport: SqlQueueTransport, error_queue: str, where: FailedFilte
 
 def delete_group(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, expected: int) -> dict[str, Any]:
     """Delete every message of the group (the confirmed count first checked); ``{"deleted", "not_found"}``."""
-    check_count(transport, error_queue, where, expected)
+    _, after, through = check_count(transport, error_queue, where, expected)
     deleted = gone = 0
     errors = transport.errors(error_queue)
-    for page in positions(transport, error_queue, where, expected):
+    for page in positions(transport, error_queue, where, expected, after, through):
         missing = errors.delete_found(page)
         deleted += len(page) - len(missing)
         gone += len(missing)
@@ -79,12 +116,12 @@ def return_group(transport: SqlQueueTransport, error_queue: str, targets: Iterab
     if expected > MAX_RETURN:
         raise ValueError(f"a group of more than {MAX_RETURN} messages is returned by a batched retry (a DAG run "
                          "with batches, a rate and cancel): use 'Batched retry' on the group")
-    check_count(transport, error_queue, where, expected)
+    _, after, through = check_count(transport, error_queue, where, expected)
     errors = transport.errors(error_queue, allowed=list(targets))
     returned: dict[str, int] = {}
     left: list[dict[str, str]] = []
     ids: list[str] = []
-    for page in positions(transport, error_queue, where, expected):
+    for page in positions(transport, error_queue, where, expected, after, through):
         done, stayed = errors.retry_batch(page)
         for queue, n in done.items():
             returned[canonical(transport, queue)] = returned.get(canonical(transport, queue), 0) + n

@@ -26,8 +26,11 @@ BODY_SHOWN_BYTES = 65_536
 HEADERS_CHARS = 1_048_576
 #: Other failed messages of the same conversation listed at most.
 CONVERSATION_LIMIT = 50
-#: Rows looked at to find them (a search of the headers for the conversation Id).
+#: Matching rows read at most per request (a search of the headers for the conversation Id).
 CONVERSATION_SCAN = 500
+#: Rows of the error queue looked at per request: from half of it before the message's position on, so a lookup
+#: costs the same on a queue of a million rows as on a small one; ``next_after`` is where looking further starts.
+CONVERSATION_WINDOW = 10_000
 _XML_TOKEN = re.compile(r"(<[^>]*>)")
 
 
@@ -125,15 +128,26 @@ def whole_body(transport: SqlQueueTransport, error_queue: str, seq: int, message
 
 
 def conversation(transport: SqlQueueTransport, error_queue: str, conversation_id: str | None,
-                 but: str) -> dict[str, Any]:
+                 but: str, *, seq: int | None = None, after: int | None = None,
+                 window: int = CONVERSATION_WINDOW) -> dict[str, Any]:
     """The other failed messages of a conversation (those whose ``NServiceBus.ConversationId`` is that Id), oldest
-    first: ``{"messages": [...], "more": whether more were not looked at}``."""
+    first, among at most ``window`` rows: after position ``after`` (default: half a window before ``seq``, the
+    message's own position, as a conversation's failures are usually close together).
+
+    ``{"messages": [...], "more", "after", "next_after"}``: ``after`` where it looked from, ``next_after`` where
+    looking further starts (None: it looked to the end), ``more`` whether some were not looked at or not listed."""
     if not conversation_id:
-        return {"messages": [], "more": False}
-    page = transport.errors(error_queue).page(limit=CONVERSATION_SCAN, where=FailedFilter(search=conversation_id),
-                                              headers_chars=16_384, body_bytes=1)
+        return {"messages": [], "more": False, "after": 0, "next_after": None}
+    errors = transport.errors(error_queue)
+    if after is None:
+        after = max(0, int(seq or 0) - window // 2)
+    end = errors.scan_end(after, window)
+    page = errors.page(after_seq=after, limit=CONVERSATION_SCAN, where=FailedFilter(search=conversation_id),
+                       headers_chars=16_384, body_bytes=1, through_seq=end)
     same = [p for p in page if p.headers and p.headers.get(h.CONVERSATION_ID) == conversation_id and p.id != but]
+    next_after = page[-1].seq if len(page) == CONVERSATION_SCAN else end
     return {"messages": [{"seq": p.seq, "id": p.id, "failed_q": canonical(transport, p.failed_q) if p.failed_q
                           else None, "exception_type": p.exception_type, "message_type": p.message_type,
                           "time_of_failure": p.time_of_failure} for p in same[:CONVERSATION_LIMIT]],
-            "more": len(same) > CONVERSATION_LIMIT or len(page) == CONVERSATION_SCAN}
+            "more": len(same) > CONVERSATION_LIMIT or next_after is not None or after > 0,
+            "after": after, "next_after": next_after}

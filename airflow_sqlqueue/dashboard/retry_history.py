@@ -4,7 +4,8 @@ of the messages they returned failed again.
 Audit rows that name messages by Id: ``sqlqueue.retry_failed_messages`` (the list's retry and the message page's),
 ``sqlqueue.edit_retry_failed_message`` (an edited copy: a new Id, ``airflow_sqlqueue.EditOf`` naming the original)
 and ``sqlqueue.retry_failed_group`` (a group returned at once). ``sqlqueue.batch_retry_started`` names a group
-filter and its DAG run, not the messages: it counts for a group's "last retried", not for one message's history.
+filter and its DAG run; each batch of that run records the messages it returned (``retry_progress``, table
+``sqlqueue_retry_progress_messages``), which a message's history lists.
 
 A returned message keeps its native Id: when it fails again it is back in the error queue with the same Id and a
 later ``NServiceBus.TimeOfFailure``, which is how "failed again" is told. (A retry from ServicePulse is marked by
@@ -14,11 +15,14 @@ later ``NServiceBus.TimeOfFailure``, which is how "failed again" is told. (A ret
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_sqlqueue.transport.wire import headers as h
+
+log = logging.getLogger(__name__)
 
 #: Audit events that returned messages named by Id.
 MESSAGE_EVENTS = ("sqlqueue.retry_failed_messages", "sqlqueue.edit_retry_failed_message",
@@ -88,11 +92,27 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def batched_retries(store: Any, conn_id: str, message_id: str) -> list[dict[str, Any]]:
+    """The batched retries that returned one message, from the batched-retry tables beside the health samples
+    (``store``: that database's transport); none when they cannot be read (logged)."""
+    from airflow_sqlqueue.maintenance import retry_progress
+
+    try:
+        return retry_progress.message_retries(store, conn_id, message_id)
+    except Exception:  # noqa: BLE001 - the history is extra: the message page still opens
+        log.warning("batched retries of a message on %s could not be read", conn_id, exc_info=True)
+        return []
+
+
 def message_history(conn_id: str, message_id: str, now_failed_at: str | None = None,
-                    headers: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+                    headers: dict[str, str | None] | None = None,
+                    batched: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The retries of one message (by native Id), oldest first: when, by whom, how (and through which run), and
-    whether it failed again (``now_failed_at``: its time of failure when it is in the error queue now)."""
-    entries = []
+    whether it failed again (``now_failed_at``: its time of failure when it is in the error queue now).
+    ``batched``: the batched retries that returned it (``batched_retries``)."""
+    entries = [{"at": _aware(b["at"]).isoformat(), "by": b["by"] or "", "how": f"returned by a batched retry "
+                f"(batch {b['batch']})", "event": "sqlqueue.batch_retry", "run_id": b["run_id"], "copy_id": None,
+                "failed_again": None, "failed_again_at": None} for b in batched or []]
     for when, event, who, details in _rows(MESSAGE_EVENTS, ids=[message_id]):
         if details.get("conn_id") != conn_id:
             continue

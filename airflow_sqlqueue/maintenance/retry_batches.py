@@ -115,7 +115,12 @@ def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, p
     else:
         spellings = transport.errors(error_queue).failed_q_spellings(where.failed_q) if where.failed_q else []
         rest = replace(where, failed_q=None)  # FailedQ in any spelling of the queue
-        total = sum(g["count"] for g in transport.failed_groups(error_queue)
+        try:  # the error groups summary: a few rows, not a pass over the error queue
+            groups, _ = transport.errors(error_queue).summary_groups()
+        except Exception:  # noqa: BLE001 - no right to write the summary tables: count from the queue
+            log.warning("error groups summary of %s cannot be used; counting from the queue", error_queue)
+            groups = transport.failed_groups(error_queue)
+        total = sum(g["count"] for g in groups
                     if rest.matches(g) and (not spellings or g.get("failed_q") in spellings))
     return total if plan.max_messages is None else min(total, plan.max_messages)
 
@@ -163,7 +168,8 @@ def run(params: dict[str, Any] | None, run_id: str, started_by: str | None) -> d
                 metrics.incr("retried", conn_id, queue, count)
             note("batch", batch=first_batch + record.batch, looked_at=record.looked_at, returned=record.returned,
                  left=record.left, detail={"run_started_at": began, "started_at": record.started_at,
-                                                    "finished_at": record.finished_at})
+                                                    "finished_at": record.finished_at},
+                 user_name=started_by, message_ids=record.returned_ids)
             log.info("batch %d: %d of %d returned (%s), %d left; %d returned so far", first_batch + record.batch,
                      record.total_returned, record.looked_at, record.returned, len(record.left), done[0])
 

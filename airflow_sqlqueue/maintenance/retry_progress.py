@@ -16,6 +16,7 @@ Statements in ``sql/retry_progress_<dialect>.sql``; identifiers quoted by the di
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,6 +27,8 @@ from airflow_sqlqueue.transport.dialects import Dialect
 from .tables import DialectTable, as_time
 
 PROGRESS_TABLE = "sqlqueue_retry_progress"
+#: One row per message a batch returned (the table's name is the progress table's with this suffix).
+MESSAGES_SUFFIX = "_messages"
 KINDS = ("start", "batch", "cancel", "end")
 #: At most this many "left" reasons are kept per batch (the count is always exact).
 MAX_LEFT_DETAIL = 100
@@ -39,22 +42,29 @@ class ProgressTable(DialectTable):
     def __init__(self, dialect: Dialect, table: str = PROGRESS_TABLE) -> None:
         super().__init__(dialect, table, "retry progress table")
         run_index, conn_index = f"{self.address.table}_run_ix", f"{self.address.table}_conn_ix"
+        messages = replace(self.address, table=self.address.table + MESSAGES_SUFFIX)
+        messages_index = f"{messages.table}_id_ix"
         self.identifiers = {"progress": dialect.qualified(self.address), "run_index": dialect.quote(run_index),
-                            "conn_index": dialect.quote(conn_index)}
+                            "conn_index": dialect.quote(conn_index), "messages": dialect.qualified(messages),
+                            "messages_index": dialect.quote(messages_index)}
         self.names = {"progress_name": dialect.qualified(self.address), "run_index_name": run_index,
-                      "conn_index_name": conn_index}
+                      "conn_index_name": conn_index, "messages_name": dialect.qualified(messages),
+                      "messages_index_name": messages_index}
 
     def create(self, cursor: Any) -> None:
-        """The table and its indexes, if missing."""
-        for name in ("create_retry_progress", "create_retry_progress_run_index", "create_retry_progress_conn_index"):
+        """The tables and their indexes, if missing."""
+        for name in ("create_retry_progress", "create_retry_progress_run_index", "create_retry_progress_conn_index",
+                     "create_retry_messages", "create_retry_messages_index"):
             self.execute(cursor, name)
 
 
 def record(transport: SqlQueueTransport, run_id: str, conn_id: str, error_queue: str, kind: str, *,
            batch: int = 0, user_name: str | None = None, looked_at: int = 0, returned: dict[str, int] | None = None,
            left: list[dict[str, str]] | None = None, detail: dict[str, Any] | None = None,
-           table: str = PROGRESS_TABLE, now: datetime | None = None) -> None:
-    """Write one row (the table is created when missing)."""
+           table: str = PROGRESS_TABLE, now: datetime | None = None,
+           message_ids: list[str] | None = None) -> None:
+    """Write one row (the table is created when missing); a batch's ``message_ids`` (the messages it returned)
+    one row each, by one INSERT ... SELECT in the same transaction."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     progress = ProgressTable(transport.dialect, table)
@@ -69,6 +79,10 @@ def record(transport: SqlQueueTransport, run_id: str, conn_id: str, error_queue:
     def work(cur: Any) -> None:
         progress.create(cur)
         progress.execute(cur, "insert_retry_progress", row)
+        if message_ids:
+            progress.execute(cur, "insert_retry_messages", {
+                "run_id": run_id, "conn_id": conn_id, "error_queue": error_queue, "batch": batch,
+                "recorded_at": row["recorded_at"], "user_name": user_name, "message_ids": json.dumps(message_ids)})
 
     transport.run(work, what=f"record retry progress into {progress.name!r}")
 
@@ -106,6 +120,20 @@ def run_rows(transport: SqlQueueTransport, run_id: str, table: str = PROGRESS_TA
     return [{"kind": r[0], "batch": int(r[1]), "recorded_at": as_time(r[2]), "user_name": r[3],
              "looked_at": int(r[4]), "returned_total": int(r[5]), "returned": json.loads(r[6]),
              "left_count": int(r[7]), "left": json.loads(r[8]), "detail": json.loads(r[9])} for r in rows]
+
+
+def message_retries(transport: SqlQueueTransport, conn_id: str, message_id: str,
+                    table: str = PROGRESS_TABLE) -> list[dict[str, Any]]:
+    """The batched retries that returned one message (by native Id) on ``conn_id``, oldest first: run, batch,
+    when, and who started the run; empty when none (or nothing was recorded yet)."""
+    progress = ProgressTable(transport.dialect, table)
+    try:
+        rows = transport.run(lambda cur: progress.execute(cur, "retry_messages_of", {
+            "message_id": message_id.lower(), "conn_id": conn_id}).fetchall(),
+            what=f"read batched retries from {progress.name!r}", read_only=True)
+    except QueueNotFoundError:
+        return []
+    return [{"run_id": str(r[0]), "batch": int(r[1]), "at": as_time(r[2]), "by": r[3]} for r in rows]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -50,13 +50,16 @@ def message_router(guard: Callable[[str, Callable[[], Any]], Any], static: Calla
                 responses=problems)
     def message(conn_id: str, user: ReaderDep, id: MessageId, seq: Seq = None) -> dict[str, Any]:  # noqa: A002
         def work() -> dict[str, Any]:
-            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
+            config = sources.dashboard_config()
+            conn = sources.configured_connection(config, conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 error_queue = transport.name(conn.error_queue)
                 found = one.read_message(transport, error_queue, seq, id)
                 shown = one.canonical(transport, error_queue)
+            with sources.open_transport(config.samples_conn_id(conn_id)) as store:
+                batched = retry_history.batched_retries(store, conn_id, found["id"])
             history = retry_history.message_history(conn_id, found["id"], found["time_of_failure"],
-                                                    found["headers"])
+                                                    found["headers"], batched=batched)
             return {"conn_id": conn_id, "error_queue": shown, "can_edit": can_edit(user, conn_id),
                     "edit_retry": edit_retry_on(), "failure_headers": list(FAILURE_HEADERS),
                     "body_shown_bytes": one.BODY_SHOWN_BYTES, **found, "history": history}
@@ -67,11 +70,13 @@ def message_router(guard: Callable[[str, Callable[[], Any]], Any], static: Calla
                 responses=problems)
     def conversation(conn_id: str, user: ReaderDep,
                      conversation_id: Annotated[Text, Query(min_length=1, max_length=200)],
-                     but: Annotated[Text | None, Query(max_length=100)] = None) -> dict[str, Any]:
+                     but: Annotated[Text | None, Query(max_length=100)] = None, seq: Seq = None,
+                     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                talk = one.conversation(transport, transport.name(conn.error_queue), conversation_id, but or "")
+                talk = one.conversation(transport, transport.name(conn.error_queue), conversation_id, but or "",
+                                        seq=seq, after=after)
             return {"conn_id": conn_id, "conversation_id": conversation_id, **talk}
 
         return guard(conn_id, work)

@@ -83,6 +83,17 @@ class Group(Answer):
     filter: dict[str, str | list[str]]
 
 
+class GroupSummary(Answer):
+    """What the error groups summary says of itself: the highest position counted, rows above it not counted yet,
+    rows the queue holds minus rows counted (0: they agree), when rebuilt and caught up."""
+
+    high_water: int
+    behind: int
+    drift: int
+    rebuilt_at: str | None
+    caught_up_at: str | None
+
+
 class Groups(Answer):
     conn_id: str
     can_edit: bool
@@ -91,6 +102,7 @@ class Groups(Answer):
     total: int
     grouped: int
     groups: list[Group]
+    summary: GroupSummary | None = None
 
 
 class FailedMessage(Answer):
@@ -307,6 +319,8 @@ class Conversation(Answer):
     conversation_id: str
     messages: list[ConversationMessage]
     more: bool
+    after: int
+    next_after: int | None
 
 
 class RetrySummary(Answer):
@@ -337,6 +351,7 @@ class GroupCards(Answer):
     total: int
     grouped: int
     groups: list[GroupCard]
+    summary: GroupSummary | None = None
     retried_looked_at: int
     retry_window_days: int
 

@@ -387,3 +387,57 @@ def test_dashboard_statements(transport: SqlQueueTransport, names: Names) -> Non
     assert transport.peek(error_queue) == 0 and transport.peek(queue) == 2
     measured = health.sample(transport, queue)
     assert measured["depth"] == 2
+
+
+def test_error_groups_summary_and_batched_retry_history(transport: SqlQueueTransport, names: Names) -> None:
+    """The error groups summary on SQL Server: rows inserted by plain SQL (as a .NET endpoint) are caught up, a
+    retry and a delete take theirs out, a delete behind its back is drift until a rebuild; a batch's messages are
+    recorded by one OPENJSON INSERT ... SELECT."""
+    from airflow_sqlqueue.maintenance import retry_progress
+
+    queue = names("grp")
+    transport.create_queue(queue)
+    error_queue = transport.name(transport.error_queue)
+    table = transport.dialect.qualified(transport.address(error_queue))
+    transport.send_many(error_queue, [OutgoingMessage(b"{}", {
+        "NServiceBus.FailedQ": transport.name(queue), "NServiceBus.ExceptionInfo.ExceptionType": f"E{i % 3}",
+        "NServiceBus.TimeOfFailure": f"2026-11-01 10:00:{i:02d}:000000 Z"}) for i in range(12)])
+    errors = transport.errors(error_queue, allowed=[queue])
+
+    def scan() -> dict[Any, int]:
+        return {(g["failed_q"], g["exception_type"], g["message_type"]): g["count"] for g in errors.groups()}
+
+    def summary() -> dict[Any, int]:
+        groups, state = errors.summary_groups()
+        assert state.behind == 0
+        return {(g["failed_q"], g["exception_type"], g["message_type"]): g["count"] for g in groups}
+
+    assert summary() == scan() and sum(scan().values()) == 12
+    connection = connect()
+    try:
+        cur = connection.cursor()
+        for _ in range(4):  # as NServiceBus.Transport.SqlServer moves a message to the error queue
+            cur.execute(f"INSERT INTO {table} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, "  # noqa: S608
+                        "Body) VALUES (NEWID(), NULL, NULL, 1, NULL, "
+                        "N'{\"NServiceBus.FailedQ\":\"x\",\"NServiceBus.ExceptionInfo.ExceptionType\":\"Dotnet\"}', "
+                        "0x7B7D)")
+        connection.commit()
+        assert summary() == scan() and sum(scan().values()) == 16
+        page = transport.failed_page(error_queue, after_seq=0, limit=16)
+        errors.retry([Position(p.seq, p.id) for p in page[:3]])
+        transport.delete_positions(error_queue, [Position(p.seq, p.id) for p in page[3:5]])
+        assert summary() == scan() and sum(scan().values()) == 11
+        cur.execute(f"DELETE TOP (2) FROM {table}")  # noqa: S608 - behind its back
+        connection.commit()
+    finally:
+        connection.close()
+    assert errors.summary.read().drift == -2
+    assert errors.summary.rebuild() == 9 and summary() == scan()
+
+    progress = names("progress")
+    names("progress_messages")  # dropped with the test
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    retry_progress.record(transport, "run-1", "conn", error_queue, "batch", batch=1, looked_at=3,
+                          returned={transport.name(queue): 3}, user_name="alice", message_ids=ids, table=progress)
+    found = retry_progress.message_retries(transport, "conn", ids[1].upper(), table=progress)
+    assert [(f["run_id"], f["batch"], f["by"]) for f in found] == [("run-1", 1, "alice")]

@@ -55,3 +55,33 @@ SELECT count(*) FROM {progress} WHERE run_id = %(run_id)s AND kind = 'cancel'
 SELECT TOP (%(n)s) run_id FROM {progress}
 WHERE conn_id = %(conn_id)s AND kind = 'start'
 ORDER BY recorded_at DESC
+
+-- create_retry_messages --
+-- The messages each batch of a batched retry returned, one row each (a message's page lists its batched retries).
+IF OBJECT_ID(%(messages_name)s, 'U') IS NULL
+    CREATE TABLE {messages} (
+        run_id nvarchar(250) NOT NULL,
+        conn_id nvarchar(250) NOT NULL,
+        error_queue nvarchar(450) NOT NULL,
+        batch int NOT NULL,
+        message_id nvarchar(100) NOT NULL,
+        recorded_at datetime2 NOT NULL,
+        user_name nvarchar(250) NULL
+    )
+
+-- create_retry_messages_index --
+-- Serves "the batched retries of message M on connection C".
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(%(messages_name)s) AND name = %(messages_index_name)s)
+    CREATE NONCLUSTERED INDEX {messages_index} ON {messages} (message_id, conn_id)
+
+-- insert_retry_messages --
+-- Every message one batch returned, in one statement (%(message_ids)s: a JSON array of native Ids; OPENJSON needs compatibility level 130).
+INSERT INTO {messages} (run_id, conn_id, error_queue, batch, message_id, recorded_at, user_name)
+SELECT %(run_id)s, %(conn_id)s, %(error_queue)s, %(batch)s, LOWER(m.message_id), %(recorded_at)s, %(user_name)s
+FROM OPENJSON(%(message_ids)s) WITH (message_id nvarchar(100) '$') AS m
+
+-- retry_messages_of --
+-- The batched retries that returned message %(message_id)s (lower-case native Id) on connection %(conn_id)s.
+SELECT TOP (100) run_id, batch, recorded_at, user_name FROM {messages}
+WHERE message_id = %(message_id)s AND conn_id = %(conn_id)s
+ORDER BY recorded_at

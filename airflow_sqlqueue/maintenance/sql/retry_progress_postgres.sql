@@ -52,3 +52,32 @@ SELECT run_id FROM {progress}
 WHERE conn_id = %(conn_id)s AND kind = 'start'
 ORDER BY recorded_at DESC
 LIMIT %(n)s
+
+-- create_retry_messages --
+-- The messages each batch of a batched retry returned, one row each (a message's page lists its batched retries).
+CREATE TABLE IF NOT EXISTS {messages} (
+    run_id text NOT NULL,
+    conn_id text NOT NULL,
+    error_queue text NOT NULL,
+    batch integer NOT NULL,
+    message_id text NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    user_name text NULL
+)
+
+-- create_retry_messages_index --
+-- Serves "the batched retries of message M on connection C".
+CREATE INDEX IF NOT EXISTS {messages_index} ON {messages} (message_id, conn_id)
+
+-- insert_retry_messages --
+-- Every message one batch returned, in one statement (%(message_ids)s: a JSON array of native Ids).
+INSERT INTO {messages} (run_id, conn_id, error_queue, batch, message_id, recorded_at, user_name)
+SELECT %(run_id)s, %(conn_id)s, %(error_queue)s, %(batch)s, lower(m), %(recorded_at)s, %(user_name)s
+FROM jsonb_array_elements_text(%(message_ids)s::jsonb) AS m
+
+-- retry_messages_of --
+-- The batched retries that returned message %(message_id)s (lower-case native Id) on connection %(conn_id)s.
+SELECT run_id, batch, recorded_at, user_name FROM {messages}
+WHERE message_id = %(message_id)s AND conn_id = %(conn_id)s
+ORDER BY recorded_at
+LIMIT 100

@@ -107,17 +107,32 @@
   }
 
   // the same conversation: a search of the error queue's headers, loaded after the message (it can take a while)
-  async function loadConversation(m) {
+  // (a bounded window of positions around the message: "Look further" and "Look from the start" read the next one)
+  async function loadConversation(m, after) {
     const caption = $("conversation-caption");
     const rows = $("conversation").tBodies[0];
+    const more = $("conversation-more");
     rows.replaceChildren();
+    if (more) more.replaceChildren();
     if (!m.conversation_id) { caption.textContent = "this message names no conversation"; return; }
     caption.textContent = `looking for the failed messages of conversation ${visible(m.conversation_id)}…`;
     try {
-      const query = new URLSearchParams({ conversation_id: m.conversation_id, but: m.id });
+      const query = new URLSearchParams({ conversation_id: m.conversation_id, but: m.id, seq: String(m.seq) });
+      if (after !== undefined) query.set("after", String(after));
       const talk = await api(path(`failed/conversation?${query}`));
+      const looked = `positions ${talk.after + 1} to ${talk.next_after ?? "the end"}`;
       caption.textContent = `${talk.messages.length} other failed message(s) with conversation ` +
-        `${visible(m.conversation_id)}` + (talk.more ? " (the first ones found; search the list for more)" : "");
+        `${visible(m.conversation_id)} among ${looked}` + (talk.more ? " (more may be elsewhere)" : "");
+      if (more) {
+        if (talk.next_after !== null) {
+          more.append(el("button", { type: "button", id: "conversation-further",
+            onclick: () => loadConversation(m, talk.next_after) }, "Look further"));
+        }
+        if (talk.after > 0) {
+          more.append(el("button", { type: "button", id: "conversation-start",
+            onclick: () => loadConversation(m, 0) }, "Look from the start"));
+        }
+      }
       rows.replaceChildren(...talk.messages.map((c) => el("tr", { class: "conversation-message" },
         el("td", { class: "num" }, el("a", { href: messageUrl(state.conn, c.id, c.seq) }, String(c.seq))),
         el("td", {}, formatTime(c.time_of_failure)), el("td", {}, visible(c.failed_q)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,6 +25,9 @@ DRIVER_DIALECTS = {"sqlite3": "sqlite", "psycopg": "postgres", "psycopg2": "post
                    "_mssql": "mssql", "pyodbc": "mssql"}
 #: How many filled statement texts (statement x queue) a dialect keeps.
 MAX_FILLED = 4096
+#: The error groups summary tables beside an error queue (``errorqueue.summary``), in the error queue's schema.
+ERROR_GROUPS_TABLE = "SqlQueueErrorGroups"
+ERROR_GROUPS_STATE_TABLE = "SqlQueueErrorGroupsState"
 
 
 class RawRow(NamedTuple):
@@ -157,7 +160,11 @@ class Dialect:
         delayed = self.delayed_address(address)
         ids = {"queue": self.qualified(address), "delayed": self.qualified(delayed),
                "table": self.qualified(address),  # statements about a table that is not a queue (subscriptions)
-               "inbox_index": self.quote(f"{address.table}_processed_ix")}  # the inbox table's retention index
+               "inbox_index": self.quote(f"{address.table}_processed_ix"),  # the inbox table's retention index
+               # the error groups summary beside an error queue, in its schema (``errorqueue.summary``)
+               "groups": self.qualified(replace(address, table=ERROR_GROUPS_TABLE)),
+               "state": self.qualified(replace(address, table=ERROR_GROUPS_STATE_TABLE)),
+               "groups_index": self.quote(f"{ERROR_GROUPS_TABLE}_ErrorQueue_ix")}
         for kind in self.index_kinds:
             ids[kind + "_index"] = self.quote(self.index_name(address, kind))
         return ids

@@ -65,6 +65,8 @@ class BatchRecord:
     looked_at: int
     returned: dict[str, int]
     left: list[dict[str, str]]
+    #: The native Ids of the messages returned (a message's page lists the batched retries that returned it).
+    returned_ids: list[str] = field(default_factory=list)
 
     @property
     def total_returned(self) -> int:
@@ -91,4 +93,5 @@ class BatchSummary:
         return {"started_at": self.started_at, "returned": returned, "total_returned": self.total_returned,
                 "cancelled": self.cancelled,
                 "left": [item for b in self.batches for item in b.left],
-                "batches": [{**asdict(b), "total_returned": b.total_returned} for b in self.batches]}
+                "batches": [{**{k: v for k, v in asdict(b).items() if k != "returned_ids"},
+                             "total_returned": b.total_returned} for b in self.batches]}

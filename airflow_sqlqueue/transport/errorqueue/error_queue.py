@@ -44,6 +44,7 @@ from .previews import (
     preview,
 )
 from .redirects import RetryRedirects
+from .summary import ErrorGroupSummary, SummaryState
 
 log = logging.getLogger(__name__)
 #: Above this many rows (as the database estimates them) the error queue's depth is the estimate, not a count.
@@ -129,6 +130,7 @@ class ErrorQueue:
         self.dialect = book.dialect
         self.table: TableQueue = book.error if queue is None else book.queue(queue)
         self.retry_redirects = RetryRedirects(session, book, self.table)
+        self.summary = ErrorGroupSummary(session, self.table)
         self.policy = ReturnPolicy(book, self.table, allowed, redirects, stored=self.retry_redirects)
 
     @property
@@ -194,6 +196,20 @@ class ErrorQueue:
                            "count": int(count), "first_failure": texts[3], "last_failure": texts[4]})
         return groups
 
+    def summary_groups(self, catch_up_rows: int | None = None) -> tuple[list[dict[str, Any]], SummaryState]:
+        """The groups as the summary tables count them (after a bounded catch-up: see ``summary``), in the shape of
+        ``groups``, with the summary's state (rows behind, drift)."""
+        state = self.summary.read() if catch_up_rows is None else self.summary.read(catch_up_rows)
+        groups = []
+        for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in state.groups:
+            texts = [clean_text(self.dialect.header_field(v))[0]
+                     for v in (failed_q, exception_type, message_type, first, last)]
+            groups.append({"failed_q": texts[0], "exception_type": texts[1], "message_type": texts[2],
+                           "count": int(count), "first_failure": texts[3], "last_failure": texts[4],
+                           "first_seq": None if first_seq is None else int(first_seq),
+                           "last_seq": None if last_seq is None else int(last_seq)})
+        return groups, state
+
     def page(self, *, after_seq: int = 0, limit: int = 50, where: FailedFilter | None = None,
              headers_chars: int = HEADERS_PREVIEW_CHARS, body_bytes: int = BODY_PREVIEW_BYTES,
              through_seq: int | None = None) -> list[FailedPreview]:
@@ -253,7 +269,12 @@ class ErrorQueue:
         except (InvalidAddressError, ValueError):
             return [failed_q]
         spellings = [failed_q]
-        for group in self.groups():
+        try:  # the error groups summary: a few rows instead of a pass over the queue
+            groups, _ = self.summary_groups()
+        except Exception:  # noqa: BLE001 - no right to write the summary tables: group the queue itself
+            log.warning("error groups summary of %s cannot be used; grouping the queue", self.name)
+            groups = self.groups()
+        for group in groups:
             text = group["failed_q"]
             if not text or text in spellings:
                 continue
@@ -278,14 +299,17 @@ class ErrorQueue:
 
     # -- returning messages -------------------------------------------------------------------------
     def _return(self, cur: Any, seq: int, native_id: Any, headers: Any, body: Any,
-                returned: RetrySummary) -> str | None:
-        """Move one locked row back to where the policy sends it; why it stays, or None."""
+                returned: RetrySummary, high_water: int | None) -> str | None:
+        """Move one locked row back to where the policy sends it (its group in the summary counts one less); why it
+        stays, or None."""
         target, reason = self.policy.target(cur, headers)
         if target is None:
             return reason
+        group = self.summary.group_of(cur, high_water, seq, native_id)
         if not self.table.move(cur, seq, native_id, target, restored_headers(headers), body):
             return (f"a message with its Id is already in {target.name}: it stays in {self.name} (retry it once that "
                     "message has been received, or delete this copy)")
+        self.summary.take_out(cur, group)
         returned.count(target.name)
         return None
 
@@ -301,6 +325,7 @@ class ErrorQueue:
         done = RetrySummary()
         missing: list[Position] = []
         refused: list[tuple[Position, str]] = []
+        high_water = self.summary.high_water(cur)
         for position in positions:
             row = self.dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id},
                                        **self.table.ids).fetchone()
@@ -312,7 +337,7 @@ class ErrorQueue:
                 if target is None:
                     refused.append((position, reason))
                 continue  # it all rolls back: only the reasons are gathered
-            reason = self._return(cur, position.seq, row[0], row[3], row[4], done)
+            reason = self._return(cur, position.seq, row[0], row[3], row[4], done, high_water)
             if reason:
                 refused.append((position, reason))
         return done, missing, refused
@@ -359,6 +384,7 @@ class ErrorQueue:
         def batch(cur: Any) -> tuple[int, int, RetrySummary]:
             part = RetrySummary()
             last = after
+            high_water = self.summary.high_water(cur)
             rows = self.dialect.execute(cur, "lock_after", {"after_seq": after, "batch_size": WALK_BATCH},
                                         **self.table.ids).fetchall()
             rows.sort(key=lambda r: int(r[1]))
@@ -367,7 +393,7 @@ class ErrorQueue:
                     break
                 raw = self.dialect.to_raw_row(row)
                 last = raw.seq
-                reason = self._select_and_return(cur, row, raw, select, part)
+                reason = self._select_and_return(cur, row, raw, select, part, high_water)
                 if reason:
                     part.left.append({"id": str(raw.id), "reason": reason})
             return len(rows), last, part
@@ -381,7 +407,7 @@ class ErrorQueue:
         return summary
 
     def _select_and_return(self, cur: Any, row: Sequence[Any], raw: RawRow, select: Selector | None,
-                           part: RetrySummary) -> str | None:
+                           part: RetrySummary, high_water: int | None) -> str | None:
         if select is not None:
             try:
                 parsed = parse_headers(raw.headers)
@@ -390,7 +416,7 @@ class ErrorQueue:
             if not select(ReceivedMessage(raw.id, parsed, raw.body, raw.seq, self.name)):
                 part.skipped += 1
                 return None
-        return self._return(cur, raw.seq, row[0], row[3], row[4], part)
+        return self._return(cur, raw.seq, row[0], row[3], row[4], part, high_water)
 
     def retry_in_batches(self, plan: BatchPlan, *, where: FailedFilter | None = None,
                          positions: Sequence[Position] | None = None,
@@ -423,7 +449,9 @@ class ErrorQueue:
                 break
             started = clock()
             returned, left = self.retry_batch([Position(p.seq, p.id) for p in page])
-            record = BatchRecord(number, started, clock(), len(page), returned, left)
+            stayed = {x["id"] for x in left}
+            record = BatchRecord(number, started, clock(), len(page), returned, left,
+                                 [str(p.id) for p in page if clean_text(p.id)[0] not in stayed])
             summary.batches.append(record)
             counted += len(page)
             after = page[-1].seq
@@ -443,6 +471,7 @@ class ErrorQueue:
         self._require_targets()
 
         def work(cur: Any) -> dict[str, Any]:
+            high_water = self.summary.high_water(cur)
             row = self.dialect.execute(cur, "lock_position", {"seq": position.seq, "id": position.id},
                                        **self.table.ids).fetchone()
             if row is None:
@@ -463,7 +492,9 @@ class ErrorQueue:
             copy_id = new_id()
             edited[EDIT_OF] = original.get(h.MESSAGE_ID) or str(raw_id)
             edited[h.MESSAGE_ID] = str(copy_id)
-            self.table.move(cur, position.seq, copy_id, target, h.serialize_headers(edited), new_body)
+            group = self.summary.group_of(cur, high_water, position.seq, raw_id)
+            if self.table.move(cur, position.seq, copy_id, target, h.serialize_headers(edited), new_body):
+                self.summary.take_out(cur, group)
             return {"queue": target.name, "id": str(copy_id), "edit_of": edited[EDIT_OF]}
 
         return self.session.run(work, what=f"edit and return a message from {self.name!r}")
@@ -474,8 +505,7 @@ class ErrorQueue:
         wanted = list(dict.fromkeys(positions))
 
         def work(cur: Any) -> int:
-            missing = [p for p in wanted if (self.dialect.execute(cur, "delete_position", {"seq": p.seq, "id": p.id},
-                                                                  **self.table.ids).rowcount or 0) < 1]
+            missing = self._delete_positions(cur, wanted)
             if missing:
                 raise PositionsNotFoundError(missing, self.name)
             return len(wanted)
@@ -494,11 +524,22 @@ class ErrorQueue:
         """Delete the addressed messages still there, in one transaction; return those that were not."""
         wanted = list(dict.fromkeys(positions))
 
-        def work(cur: Any) -> list[Position]:
-            return [p for p in wanted if (self.dialect.execute(cur, "delete_position", {"seq": p.seq, "id": p.id},
-                                                               **self.table.ids).rowcount or 0) < 1]
+        return self.session.run(lambda cur: self._delete_positions(cur, wanted),
+                                what=f"delete archived messages from {self.name!r}")
 
-        return self.session.run(work, what=f"delete archived messages from {self.name!r}")
+    def _delete_positions(self, cur: Any, wanted: list[Position]) -> list[Position]:
+        """Delete the addressed rows in the caller's transaction (each one's group counts one less); those not
+        there."""
+        high_water = self.summary.high_water(cur)
+        missing = []
+        for p in wanted:
+            group = self.summary.group_of(cur, high_water, p.seq, p.id)
+            if (self.dialect.execute(cur, "delete_position", {"seq": p.seq, "id": p.id},
+                                     **self.table.ids).rowcount or 0) < 1:
+                missing.append(p)
+            else:
+                self.summary.take_out(cur, group)
+        return missing
 
     def restore(self, rows: Iterable[dict[str, Any]], unsure: set[str] = frozenset()) -> tuple[int, int]:
         """Put archived rows back as they were (same Id, Expires, headers and body; ``rows`` hold the

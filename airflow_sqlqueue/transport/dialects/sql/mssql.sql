@@ -616,3 +616,131 @@ SELECT RowVersion / %(batch_size)s, COUNT_BIG(*) FROM {queue} WITH (READPAST) GR
 -- count_and_last --
 -- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
 SELECT COUNT_BIG(*), MAX(RowVersion) FROM {queue} WITH (READPAST)
+
+-- create_error_groups_table --
+-- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one row per error queue with the highest RowVersion counted (HighWater). Rows above HighWater are counted by a catch-up; a retry, delete or archive by this provider takes its rows out in its own transaction. A rebuild clears and counts again.
+-- Group counts of the error queues of this schema (no key: rows are added only under the state row's lock). Run only after table_exists said no; a concurrent creator's 2714 counts as created.
+CREATE TABLE {groups} (
+    ErrorQueue nvarchar(450) NOT NULL,
+    FailedQ nvarchar(4000) NULL,
+    ExceptionType nvarchar(4000) NULL,
+    MessageType nvarchar(4000) NULL,
+    MessageCount bigint NOT NULL,
+    FirstSeq bigint NULL,
+    LastSeq bigint NULL,
+    FirstFailure nvarchar(4000) NULL,
+    LastFailure nvarchar(4000) NULL
+)
+
+-- create_error_groups_index --
+-- The group rows of one error queue (made with the table).
+CREATE INDEX {groups_index} ON {groups} (ErrorQueue)
+
+-- create_error_groups_state_table --
+-- One row per error queue: the highest RowVersion counted into its groups, when they were last rebuilt and caught up. Run only after table_exists said no.
+CREATE TABLE {state} (
+    ErrorQueue nvarchar(450) NOT NULL PRIMARY KEY,
+    HighWater bigint NOT NULL,
+    RebuiltAt datetime2 NOT NULL DEFAULT SYSUTCDATETIME(),
+    CaughtUpAt datetime2 NULL
+)
+
+-- error_groups_state_insert --
+-- The state row of an error queue (nothing counted yet); nothing when it exists (the key-range lock makes a concurrent insert wait).
+INSERT INTO {state} (ErrorQueue, HighWater)
+SELECT %(error_queue)s, 0
+WHERE NOT EXISTS (SELECT 1 FROM {state} WITH (UPDLOCK, HOLDLOCK) WHERE ErrorQueue = %(error_queue)s)
+
+-- error_groups_state_lock --
+-- The high water, locked for a catch-up or rebuild (retries and deletes of counted rows wait, and it waits for them).
+SELECT HighWater FROM {state} WITH (UPDLOCK, ROWLOCK, HOLDLOCK) WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_share --
+-- The high water, held shared by a retry or delete until it commits (a catch-up waits for it; they never wait for each other).
+SELECT HighWater FROM {state} WITH (REPEATABLEREAD, ROWLOCK) WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_read --
+-- The high water and when the groups were last rebuilt and caught up (no lock).
+SELECT HighWater, CONVERT(nvarchar(19), RebuiltAt, 126) + 'Z', CONVERT(nvarchar(19), CaughtUpAt, 126) + 'Z'
+FROM {state} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_set --
+-- Everything up to %(high_water)s is counted.
+UPDATE {state} SET HighWater = %(high_water)s, CaughtUpAt = SYSUTCDATETIME() WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_rebuilt --
+-- A rebuild starts: nothing counted.
+UPDATE {state} SET HighWater = 0, RebuiltAt = SYSUTCDATETIME(), CaughtUpAt = NULL WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_clear --
+-- Forget every group of one error queue (a rebuild).
+DELETE FROM {groups} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_list --
+-- The groups of one error queue that hold messages, largest first.
+SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure, FirstSeq, LastSeq
+FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0
+ORDER BY MessageCount DESC, FailedQ, ExceptionType, MessageType
+
+-- error_groups_add --
+-- Count %(message_count)s more messages into a group (rowcount 0: no such group yet, insert it).
+UPDATE {groups} SET
+    FirstFailure = CASE WHEN MessageCount = 0 OR FirstFailure IS NULL THEN %(first_failure)s
+                        WHEN %(first_failure)s IS NULL OR FirstFailure <= %(first_failure)s THEN FirstFailure
+                        ELSE %(first_failure)s END,
+    LastFailure = CASE WHEN MessageCount = 0 OR LastFailure IS NULL THEN %(last_failure)s
+                       WHEN %(last_failure)s IS NULL OR LastFailure >= %(last_failure)s THEN LastFailure
+                       ELSE %(last_failure)s END,
+    FirstSeq = CASE WHEN MessageCount = 0 OR FirstSeq IS NULL OR FirstSeq > %(first_seq)s THEN %(first_seq)s
+                    ELSE FirstSeq END,
+    LastSeq = CASE WHEN MessageCount = 0 OR LastSeq IS NULL OR LastSeq < %(last_seq)s THEN %(last_seq)s
+                   ELSE LastSeq END,
+    MessageCount = MessageCount + %(message_count)s
+WHERE ErrorQueue = %(error_queue)s
+  AND (FailedQ = %(failed_q)s OR (FailedQ IS NULL AND %(failed_q)s IS NULL))
+  AND (ExceptionType = %(exception_type)s OR (ExceptionType IS NULL AND %(exception_type)s IS NULL))
+  AND (MessageType = %(message_type)s OR (MessageType IS NULL AND %(message_type)s IS NULL))
+
+-- error_groups_insert --
+-- A new group of one error queue.
+INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure,
+                      FirstSeq, LastSeq)
+VALUES (%(error_queue)s, %(failed_q)s, %(exception_type)s, %(message_type)s, %(message_count)s, %(first_failure)s, %(last_failure)s, %(first_seq)s, %(last_seq)s)
+
+-- error_groups_forget --
+-- One counted message left the error queue: its group counts one less.
+UPDATE {groups} SET MessageCount = MessageCount - 1
+WHERE ErrorQueue = %(error_queue)s
+  AND (FailedQ = %(failed_q)s OR (FailedQ IS NULL AND %(failed_q)s IS NULL))
+  AND (ExceptionType = %(exception_type)s OR (ExceptionType IS NULL AND %(exception_type)s IS NULL))
+  AND (MessageType = %(message_type)s OR (MessageType IS NULL AND %(message_type)s IS NULL))
+  AND MessageCount > 0
+
+-- error_groups_range --
+-- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields read exactly as failed_groups reads them. No READPAST: a row another session is still inserting is waited for, not skipped past.
+SELECT f.failed_q, f.exception_type, f.message_type, COUNT_BIG(*), MIN(f.time_of_failure), MAX(f.time_of_failure),
+       MIN(f.seq), MAX(f.seq)
+FROM (
+    SELECT RowVersion AS seq, CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END AS failed_q,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END
+               AS exception_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300)
+           END AS message_type,
+           CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.TimeOfFailure"') END
+               AS time_of_failure
+    FROM {queue}
+    WHERE RowVersion > %(after_seq)s AND RowVersion <= %(through_seq)s
+) AS f
+GROUP BY f.failed_q, f.exception_type, f.message_type
+
+-- error_group_of --
+-- The group of one row addressed by position and Id (fields as error_groups_range reads them), the row locked: the retry or delete about to take it out says which group counts one less.
+SELECT CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.FailedQ"') END,
+       CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN JSON_VALUE(Headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') END,
+       CASE WHEN LEN(Headers) <= 1048576 AND ISJSON(Headers) = 1 THEN LEFT(JSON_VALUE(Headers, '$."NServiceBus.EnclosedMessageTypes"'), 300) END
+FROM {queue} WITH (UPDLOCK, ROWLOCK)
+WHERE RowVersion = %(seq)s AND Id = TRY_CAST(%(id)s AS uniqueidentifier)
+
+-- count_above --
+-- Rows above a RowVersion (an index walk of the positions not counted into the error groups yet).
+SELECT COUNT_BIG(*) FROM {queue} WHERE RowVersion > %(after_seq)s

@@ -628,3 +628,187 @@ SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
 -- count_and_last --
 -- Rows and the newest position (index-only): unchanged both, no row came or went (a new row gets a higher position).
 SELECT count(*), max(seq) FROM {queue}
+
+-- create_error_groups_table --
+-- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group
+-- counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row
+-- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one
+-- row per error queue with the highest position counted (high_water). Rows above high_water are counted by a
+-- catch-up (rows .NET endpoints or this provider's receivers moved in); a retry, delete or archive by this
+-- provider takes its rows out in its own transaction. A rebuild clears and counts again.
+-- Group counts of the error queues of this schema (no key: rows are added only under the state row's lock).
+CREATE TABLE IF NOT EXISTS {groups} (
+    error_queue varchar(450) NOT NULL,
+    failed_q text NULL,
+    exception_type text NULL,
+    message_type text NULL,
+    message_count bigint NOT NULL,
+    first_failure text NULL,
+    last_failure text NULL,
+    first_seq bigint NULL,
+    last_seq bigint NULL
+)
+
+-- create_error_groups_index --
+-- The group rows of one error queue.
+CREATE INDEX IF NOT EXISTS {groups_index} ON {groups} (error_queue)
+
+-- create_error_groups_state_table --
+-- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up.
+CREATE TABLE IF NOT EXISTS {state} (
+    error_queue varchar(450) NOT NULL PRIMARY KEY,
+    high_water bigint NOT NULL,
+    rebuilt_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'utc'),
+    caught_up_at timestamp NULL
+)
+
+-- error_groups_state_insert --
+-- The state row of an error queue (nothing counted yet); nothing when it exists.
+INSERT INTO {state} (error_queue, high_water) VALUES (%(error_queue)s, 0) ON CONFLICT DO NOTHING
+
+-- error_groups_state_lock --
+-- The high water, locked for a catch-up or rebuild (retries and deletes of counted rows wait, and it waits for them).
+SELECT high_water FROM {state} WHERE error_queue = %(error_queue)s FOR UPDATE
+
+-- error_groups_state_share --
+-- The high water, held shared by a retry or delete until it commits (a catch-up waits for it; they never wait for
+-- each other).
+SELECT high_water FROM {state} WHERE error_queue = %(error_queue)s FOR SHARE
+
+-- error_groups_state_read --
+-- The high water and when the groups were last rebuilt and caught up (no lock).
+SELECT high_water, to_char(rebuilt_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), to_char(caught_up_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+FROM {state} WHERE error_queue = %(error_queue)s
+
+-- error_groups_state_set --
+-- Everything up to %(high_water)s is counted.
+UPDATE {state} SET high_water = %(high_water)s, caught_up_at = now() AT TIME ZONE 'utc'
+WHERE error_queue = %(error_queue)s
+
+-- error_groups_state_rebuilt --
+-- A rebuild starts: nothing counted.
+UPDATE {state} SET high_water = 0, rebuilt_at = now() AT TIME ZONE 'utc', caught_up_at = NULL
+WHERE error_queue = %(error_queue)s
+
+-- error_groups_clear --
+-- Forget every group of one error queue (a rebuild).
+DELETE FROM {groups} WHERE error_queue = %(error_queue)s
+
+-- error_groups_list --
+-- The groups of one error queue that hold messages, largest first.
+SELECT failed_q, exception_type, message_type, message_count, first_failure, last_failure, first_seq, last_seq
+FROM {groups} WHERE error_queue = %(error_queue)s AND message_count > 0
+ORDER BY message_count DESC, failed_q, exception_type, message_type
+
+-- error_groups_add --
+-- Count %(message_count)s more messages into a group (rowcount 0: no such group yet, insert it).
+UPDATE {groups} SET
+    first_failure = CASE WHEN message_count = 0 OR first_failure IS NULL THEN %(first_failure)s::text
+                         WHEN %(first_failure)s::text IS NULL OR first_failure <= %(first_failure)s::text THEN first_failure
+                         ELSE %(first_failure)s::text END,
+    last_failure = CASE WHEN message_count = 0 OR last_failure IS NULL THEN %(last_failure)s::text
+                        WHEN %(last_failure)s::text IS NULL OR last_failure >= %(last_failure)s::text THEN last_failure
+                        ELSE %(last_failure)s::text END,
+    first_seq = CASE WHEN message_count = 0 OR first_seq IS NULL OR first_seq > %(first_seq)s THEN %(first_seq)s
+                     ELSE first_seq END,
+    last_seq = CASE WHEN message_count = 0 OR last_seq IS NULL OR last_seq < %(last_seq)s THEN %(last_seq)s
+                    ELSE last_seq END,
+    message_count = message_count + %(message_count)s
+WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q)s::text
+  AND exception_type IS NOT DISTINCT FROM %(exception_type)s::text AND message_type IS NOT DISTINCT FROM %(message_type)s::text
+
+-- error_groups_insert --
+-- A new group of one error queue.
+INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure,
+                      first_seq, last_seq)
+VALUES (%(error_queue)s, %(failed_q)s::text, %(exception_type)s::text, %(message_type)s::text, %(message_count)s, %(first_failure)s::text,
+        %(last_failure)s::text, %(first_seq)s, %(last_seq)s)
+
+-- error_groups_forget --
+-- One counted message left the error queue: its group counts one less.
+UPDATE {groups} SET message_count = message_count - 1
+WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q)s::text
+  AND exception_type IS NOT DISTINCT FROM %(exception_type)s::text AND message_type IS NOT DISTINCT FROM %(message_type)s::text
+  AND message_count > 0
+
+-- error_groups_range --
+-- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields
+-- read exactly as failed_groups reads them.
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure), min(seq), max(seq)
+FROM (
+    SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+    FROM {queue}
+    WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
+) AS f
+GROUP BY failed_q, exception_type, message_type
+
+-- error_groups_merge_range --
+-- error_groups_range counted into the groups in one statement (one round trip however many groups the rows hold):
+-- existing groups updated, new ones inserted; returns the rows counted.
+WITH r AS (
+    SELECT failed_q, exception_type, message_type, count(*) AS n, min(time_of_failure) AS first_failure,
+           max(time_of_failure) AS last_failure, min(seq) AS first_seq, max(seq) AS last_seq
+    FROM (
+        SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                        NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+               left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                        NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+        FROM {queue}
+        WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
+    ) AS f
+    GROUP BY failed_q, exception_type, message_type
+), u AS (
+    UPDATE {groups} AS g SET
+        first_failure = CASE WHEN g.message_count = 0 OR g.first_failure IS NULL THEN r.first_failure
+                             WHEN r.first_failure IS NULL OR g.first_failure <= r.first_failure THEN g.first_failure
+                             ELSE r.first_failure END,
+        last_failure = CASE WHEN g.message_count = 0 OR g.last_failure IS NULL THEN r.last_failure
+                            WHEN r.last_failure IS NULL OR g.last_failure >= r.last_failure THEN g.last_failure
+                            ELSE r.last_failure END,
+        first_seq = CASE WHEN g.message_count = 0 OR g.first_seq IS NULL OR g.first_seq > r.first_seq THEN r.first_seq
+                         ELSE g.first_seq END,
+        last_seq = CASE WHEN g.message_count = 0 OR g.last_seq IS NULL OR g.last_seq < r.last_seq THEN r.last_seq
+                        ELSE g.last_seq END,
+        message_count = g.message_count + r.n
+    FROM r
+    WHERE g.error_queue = %(error_queue)s AND g.failed_q IS NOT DISTINCT FROM r.failed_q
+      AND g.exception_type IS NOT DISTINCT FROM r.exception_type AND g.message_type IS NOT DISTINCT FROM r.message_type
+    RETURNING g.failed_q, g.exception_type, g.message_type
+), i AS (
+    INSERT INTO {groups} (error_queue, failed_q, exception_type, message_type, message_count, first_failure, last_failure,
+                          first_seq, last_seq)
+    SELECT %(error_queue)s, r.failed_q, r.exception_type, r.message_type, r.n, r.first_failure, r.last_failure,
+           r.first_seq, r.last_seq
+    FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.failed_q IS NOT DISTINCT FROM r.failed_q
+                      AND u.exception_type IS NOT DISTINCT FROM r.exception_type
+                      AND u.message_type IS NOT DISTINCT FROM r.message_type)
+    RETURNING 1
+)
+SELECT COALESCE(sum(n), 0) FROM r
+
+-- error_group_of --
+-- The group of one row addressed by position and Id (fields as error_groups_range reads them), the row locked: the
+-- retry or delete about to take it out says which group counts one less.
+SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')),
+       COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')),
+       left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300)
+FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s FOR UPDATE
+
+-- count_above --
+-- Rows above a position (an index-only walk of the positions not counted into the error groups yet).
+SELECT count(*) FROM {queue} WHERE seq > %(after_seq)s

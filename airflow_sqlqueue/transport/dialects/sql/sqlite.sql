@@ -404,3 +404,132 @@ SELECT seq / %(batch_size)s, count(*) FROM {queue} GROUP BY 1
 -- count_and_last --
 -- Rows and the newest position: unchanged both, no row came or went (a new row gets a higher position).
 SELECT count(*), max(seq) FROM {queue}
+
+-- create_error_groups_table --
+-- Error groups summary (an airflow-sqlqueue extra beside the error queue, like SqlQueueRetryRedirects): the group
+-- counts of each error queue, so the page reads a few rows instead of every failed message. SqlQueueErrorGroups holds one row
+-- per (error queue, FailedQ, exception type, message type) with its count and first and last failure; SqlQueueErrorGroupsState one
+-- row per error queue with the highest position counted (HighWater). Rows above HighWater are counted by a catch-up;
+-- a retry, delete or archive by this provider takes its rows out in its own transaction. The group fields are the
+-- BLOBs failed_groups reads. Times are UTC text.
+-- Group counts of the error queues of this database (no key: rows are added only by the one writer).
+CREATE TABLE IF NOT EXISTS {groups} (
+    ErrorQueue varchar(450) NOT NULL,
+    FailedQ BLOB NULL,
+    ExceptionType BLOB NULL,
+    MessageType BLOB NULL,
+    MessageCount INTEGER NOT NULL,
+    FirstSeq INTEGER NULL,
+    LastSeq INTEGER NULL,
+    FirstFailure BLOB NULL,
+    LastFailure BLOB NULL
+)
+
+-- create_error_groups_index --
+-- The group rows of one error queue.
+CREATE INDEX IF NOT EXISTS {groups_index} ON {groups} (ErrorQueue)
+
+-- create_error_groups_state_table --
+-- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up.
+CREATE TABLE IF NOT EXISTS {state} (
+    ErrorQueue varchar(450) NOT NULL PRIMARY KEY,
+    HighWater INTEGER NOT NULL,
+    RebuiltAt text NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now')),
+    CaughtUpAt text NULL
+)
+
+-- error_groups_state_insert --
+-- The state row of an error queue (nothing counted yet); nothing when it exists.
+INSERT INTO {state} (ErrorQueue, HighWater) VALUES (%(error_queue)s, 0) ON CONFLICT DO NOTHING
+
+-- error_groups_state_lock --
+-- The high water for a catch-up or rebuild (the transaction holds SQLite's one write lock).
+SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_share --
+-- The high water for a retry or delete (the transaction holds SQLite's one write lock).
+SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_read --
+-- The high water and when the groups were last rebuilt and caught up.
+SELECT HighWater, RebuiltAt, CaughtUpAt FROM {state} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_set --
+-- Everything up to %(high_water)s is counted.
+UPDATE {state} SET HighWater = %(high_water)s, CaughtUpAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now')
+WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_state_rebuilt --
+-- A rebuild starts: nothing counted.
+UPDATE {state} SET HighWater = 0, RebuiltAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now'), CaughtUpAt = NULL
+WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_clear --
+-- Forget every group of one error queue (a rebuild).
+DELETE FROM {groups} WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_list --
+-- The groups of one error queue that hold messages, largest first.
+SELECT FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure, FirstSeq, LastSeq
+FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0
+ORDER BY MessageCount DESC, FailedQ, ExceptionType, MessageType
+
+-- error_groups_add --
+-- Count %(message_count)s more messages into a group (rowcount 0: no such group yet, insert it).
+UPDATE {groups} SET
+    FirstFailure = CASE WHEN MessageCount = 0 OR FirstFailure IS NULL THEN %(first_failure)s
+                        WHEN %(first_failure)s IS NULL OR FirstFailure <= %(first_failure)s THEN FirstFailure
+                        ELSE %(first_failure)s END,
+    LastFailure = CASE WHEN MessageCount = 0 OR LastFailure IS NULL THEN %(last_failure)s
+                       WHEN %(last_failure)s IS NULL OR LastFailure >= %(last_failure)s THEN LastFailure
+                       ELSE %(last_failure)s END,
+    FirstSeq = CASE WHEN MessageCount = 0 OR FirstSeq IS NULL OR FirstSeq > %(first_seq)s THEN %(first_seq)s
+                    ELSE FirstSeq END,
+    LastSeq = CASE WHEN MessageCount = 0 OR LastSeq IS NULL OR LastSeq < %(last_seq)s THEN %(last_seq)s
+                   ELSE LastSeq END,
+    MessageCount = MessageCount + %(message_count)s
+WHERE ErrorQueue = %(error_queue)s AND FailedQ IS %(failed_q)s AND ExceptionType IS %(exception_type)s
+  AND MessageType IS %(message_type)s
+
+-- error_groups_insert --
+-- A new group of one error queue.
+INSERT INTO {groups} (ErrorQueue, FailedQ, ExceptionType, MessageType, MessageCount, FirstFailure, LastFailure,
+                      FirstSeq, LastSeq)
+VALUES (%(error_queue)s, %(failed_q)s, %(exception_type)s, %(message_type)s, %(message_count)s, %(first_failure)s,
+        %(last_failure)s, %(first_seq)s, %(last_seq)s)
+
+-- error_groups_forget --
+-- One counted message left the error queue: its group counts one less.
+UPDATE {groups} SET MessageCount = MessageCount - 1
+WHERE ErrorQueue = %(error_queue)s AND FailedQ IS %(failed_q)s AND ExceptionType IS %(exception_type)s
+  AND MessageType IS %(message_type)s AND MessageCount > 0
+
+-- error_groups_range --
+-- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields
+-- read exactly as failed_groups reads them.
+SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure), min(seq), max(seq)
+FROM (
+    SELECT seq, CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END AS failed_q,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END
+               AS exception_type,
+           CASE WHEN ok THEN substr(CAST(json_extract(headers, '$."NServiceBus.EnclosedMessageTypes"') AS BLOB), 1, 300)
+           END AS message_type,
+           CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.TimeOfFailure"') AS BLOB) END
+               AS time_of_failure
+    FROM (SELECT seq, headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok FROM {queue}
+          WHERE seq > %(after_seq)s AND seq <= %(through_seq)s)
+) AS f
+GROUP BY failed_q, exception_type, message_type
+
+-- error_group_of --
+-- The group of one row addressed by position and Id (fields as error_groups_range reads them): the retry or delete
+-- about to take it out says which group counts one less.
+SELECT CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.FailedQ"') AS BLOB) END,
+       CASE WHEN ok THEN CAST(json_extract(headers, '$."NServiceBus.ExceptionInfo.ExceptionType"') AS BLOB) END,
+       CASE WHEN ok THEN substr(CAST(json_extract(headers, '$."NServiceBus.EnclosedMessageTypes"') AS BLOB), 1, 300) END
+FROM (SELECT headers, typeof(headers) = 'text' AND length(CAST(headers AS BLOB)) <= 1048576 AND json_valid(headers) AS ok
+      FROM {queue} WHERE seq = %(seq)s AND CAST(id AS TEXT) = %(id)s)
+
+-- count_above --
+-- Rows above a position (the positions not counted into the error groups yet).
+SELECT count(*) FROM {queue} WHERE seq > %(after_seq)s

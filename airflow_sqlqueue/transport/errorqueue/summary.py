@@ -1,0 +1,235 @@
+"""The error groups summary: the group counts of an error queue kept in two tables beside it, so the page reads a
+few rows instead of every failed message.
+
+``SqlQueueErrorGroups`` (in the error queue's schema, created with the first catch-up, as ``SqlQueueRetryRedirects``
+is with the first redirect) holds one row per error queue, FailedQ, exception type and message type: its count and
+first and last failure. ``SqlQueueErrorGroupsState`` holds one row per error queue: the highest position counted
+(the high water), when the groups were last rebuilt and caught up.
+
+- **Rows coming in** (moved there by this provider's receivers, or by .NET endpoints that know nothing of these
+  tables, or restored from an archive) get a position above the high water: a **catch-up** counts the rows above it
+  (grouped in SQL, a bounded number of rows per transaction) and raises it.
+- **Rows going out** through this provider (every retry path, edit and retry, delete, archive) are taken out of their
+  group in the transaction that takes them out of the queue (``forget``), when they were counted (position at or
+  under the high water). A catch-up holds the state row exclusively, a retry or delete shared: they never overlap.
+- **Anything else** (a row deleted by ServicePulse or a DBA, a row whose insert committed after a catch-up passed
+  its position, a table created again) makes the counts disagree with the queue: ``read`` compares their sum with
+  the queue's row count (index-only) and says by how much; a **rebuild** (CLI ``sqlqueue error-groups --rebuild``,
+  or ``rebuild()``) clears and counts again. A position under the high water after a catch-up (the table was
+  created again, its identity reseeded) rebuilds at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..dialects.base import ERROR_GROUPS_STATE_TABLE, ERROR_GROUPS_TABLE
+from ..tables.queue import TableQueue
+from ..tables.session import Session
+
+log = logging.getLogger(__name__)
+
+#: The summary tables' names (in the error queue's schema).
+GROUPS_TABLE = ERROR_GROUPS_TABLE
+STATE_TABLE = ERROR_GROUPS_STATE_TABLE
+#: Rows counted per catch-up transaction.
+CATCH_UP_ROWS = 20_000
+#: Rows a page's read counts at most before it answers (the rest: the next read, or the maintenance catch-up).
+READ_CATCH_UP_ROWS = 5_000
+MAX_POSITION = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SummaryState:
+    """What the summary of one error queue says: groups (raw database values), the rows they count, the high water,
+    the queue's own row count and newest position, and the rows not counted yet (above the high water)."""
+
+    groups: list[tuple[Any, ...]]
+    counted: int
+    high_water: int
+    rows: int
+    newest: int | None
+    behind: int
+    rebuilt_at: str | None
+    caught_up_at: str | None
+
+    @property
+    def drift(self) -> int:
+        """Rows the queue holds minus rows the groups count, the rows above the high water aside (0: they agree)."""
+        return self.rows - self.behind - self.counted
+
+
+class ErrorGroupSummary:
+    """The group counts of one error queue (see the module)."""
+
+    def __init__(self, session: Session, error_queue: TableQueue) -> None:
+        self.session = session
+        self.dialect = error_queue.dialect
+        self.queue = error_queue
+        self.name = error_queue.name
+        self.ids = dict(error_queue.ids)  # {queue}, {groups}, {state}, {groups_index}: see Dialect.identifiers
+        self.groups_address = replace(error_queue.address, table=GROUPS_TABLE)
+        self.state_address = replace(error_queue.address, table=STATE_TABLE)
+        self._exists = False
+
+    @property
+    def _d(self) -> Any:
+        return self.dialect
+
+    @property
+    def key(self) -> dict[str, str]:
+        return {"error_queue": self.name}
+
+    # -- tables -------------------------------------------------------------------------------------
+    def exists(self, cursor: Any) -> bool:
+        """Whether both tables exist (remembered once they do)."""
+        if not self._exists:
+            self._exists = bool(self._d.table_exists(cursor, self.state_address)) and bool(
+                self._d.table_exists(cursor, self.groups_address))
+        return self._exists
+
+    def create(self) -> None:
+        """The two tables, unless they exist (a concurrent creator's duplicate-object error counts as created; the
+        state row of this error queue is made by its first catch-up)."""
+        if not self.session.run(self.exists, what="error groups tables", read_only=True):
+            for statements in (("create_error_groups_table", "create_error_groups_index"),
+                               ("create_error_groups_state_table",)):
+                try:
+                    self.session.run(lambda cur, s=statements: [self._d.execute(cur, n, None, **self.ids) for n in s],
+                                     what=f"create the error groups tables beside {self.name!r}")
+                except Exception:
+                    self._exists = False
+                    if not self.session.run(self.exists, what="error groups tables", read_only=True):
+                        raise
+
+    # -- rows going out -----------------------------------------------------------------------------
+    def high_water(self, cursor: Any) -> int | None:
+        """In a retry's or delete's transaction: the high water, held shared until it ends (None: no summary)."""
+        if not self.exists(cursor):
+            return None
+        value = self._d.scalar(cursor, "error_groups_state_share", self.key, **self.ids)
+        return None if value is None else int(value)
+
+    def group_of(self, cursor: Any, high_water: int | None, seq: int, native_id: Any) -> tuple[Any, ...] | None:
+        """Before the row at ``seq`` leaves the queue (same transaction): its group, when the summary counted it."""
+        if high_water is None or int(seq) > high_water:
+            return None
+        row = self._d.execute(cursor, "error_group_of", {"seq": int(seq), "id": str(native_id)},
+                              **self.ids).fetchone()
+        return None if row is None else tuple(row)
+
+    def take_out(self, cursor: Any, group: tuple[Any, ...] | None) -> None:
+        """Once its row left the queue (same transaction): the group counts one less."""
+        if group is None:
+            return
+        self._d.execute(cursor, "error_groups_forget", {**self.key, "failed_q": group[0], "exception_type": group[1],
+                                                        "message_type": group[2]}, **self.ids)
+
+    # -- rows coming in -----------------------------------------------------------------------------
+    def catch_up(self, max_rows: int | None = None, chunk: int = CATCH_UP_ROWS) -> int:
+        """Count the rows above the high water, ``chunk`` rows per transaction, at most about ``max_rows`` (None:
+        all); the rows counted. Creates the tables first; rebuilds when the queue's newest position is below the
+        high water (the table was created again)."""
+        self.create()
+        counted = 0
+        while max_rows is None or counted < max_rows:
+            step = chunk if max_rows is None else max(1, min(chunk, max_rows - counted))
+            done, more = self.session.run(lambda cur, step=step: self._catch_up_once(cur, step),
+                                          what=f"count new failed messages of {self.name!r}")
+            counted += done
+            if not more:
+                break
+        return counted
+
+    def _catch_up_once(self, cur: Any, step: int) -> tuple[int, bool]:
+        d = self._d
+        high = d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
+        if high is None:  # the first catch-up of this error queue: its state row, then locked
+            d.execute(cur, "error_groups_state_insert", self.key, **self.ids)
+            high = d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
+        high = int(high or 0)
+        bounds = d.execute(cur, "seq_bounds", None, **self.ids).fetchone()
+        newest = None if bounds is None else bounds[1]
+        if newest is not None and int(newest) < high:  # positions went backwards: the table was made again
+            log.warning("error groups of %s: newest position %s is below the high water %s; counting again",
+                        self.name, newest, high)
+            self._clear(cur)
+            high = 0
+        if newest is None or int(newest) <= high:
+            return 0, False
+        end = d.scalar(cur, "scan_end", {"after_seq": high, "batch_size": step}, **self.ids)
+        through = int(newest) if end is None else int(end)
+        counted = self._add_range(cur, high, through)
+        d.execute(cur, "error_groups_state_set", {**self.key, "high_water": through}, **self.ids)
+        return counted, through < int(newest)
+
+    def _add_range(self, cur: Any, after: int, through: int) -> int:
+        d = self._d
+        if "error_groups_merge_range" in d.statements:  # one statement (PostgreSQL), else one per group
+            return int(d.scalar(cur, "error_groups_merge_range", {**self.key, "after_seq": after,
+                                                                  "through_seq": through}, **self.ids) or 0)
+        rows = d.execute(cur, "error_groups_range", {"after_seq": after, "through_seq": through},
+                         **self.ids).fetchall()
+        total = 0
+        for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in rows:
+            params = {**self.key, "failed_q": failed_q, "exception_type": exception_type,
+                      "message_type": message_type, "message_count": int(count), "first_failure": first,
+                      "last_failure": last, "first_seq": int(first_seq), "last_seq": int(last_seq)}
+            if (d.execute(cur, "error_groups_add", params, **self.ids).rowcount or 0) < 1:
+                d.execute(cur, "error_groups_insert", params, **self.ids)
+            total += int(count)
+        return total
+
+    def _clear(self, cur: Any) -> None:
+        self._d.execute(cur, "error_groups_clear", self.key, **self.ids)
+        self._d.execute(cur, "error_groups_state_rebuilt", self.key, **self.ids)
+
+    def rebuild(self, chunk: int = CATCH_UP_ROWS, progress: Callable[[int], None] | None = None) -> int:
+        """Clear the groups and count every row again, ``chunk`` rows per transaction (the page shows the rows not
+        counted yet meanwhile); the rows counted."""
+        self.create()
+
+        def clear(cur: Any) -> None:
+            if self._d.scalar(cur, "error_groups_state_lock", self.key, **self.ids) is None:
+                self._d.execute(cur, "error_groups_state_insert", self.key, **self.ids)
+                self._d.scalar(cur, "error_groups_state_lock", self.key, **self.ids)
+            self._clear(cur)
+
+        self.session.run(clear, what=f"rebuild the error groups of {self.name!r}")
+        counted = 0
+        while True:
+            done, more = self.session.run(lambda cur: self._catch_up_once(cur, chunk),
+                                          what=f"rebuild the error groups of {self.name!r}")
+            counted += done
+            if progress is not None:
+                progress(counted)
+            if not more:
+                return counted
+
+    # -- reading ------------------------------------------------------------------------------------
+    def read(self, catch_up_rows: int = READ_CATCH_UP_ROWS) -> SummaryState:
+        """Catch up at most ``catch_up_rows`` rows, then the groups, the high water and the queue's own count and
+        newest position (one read-only transaction: index-only count)."""
+        self.catch_up(max_rows=catch_up_rows)
+        d = self._d
+
+        def work(cur: Any) -> SummaryState:
+            groups = d.execute(cur, "error_groups_list", self.key, **self.ids).fetchall()
+            state = d.execute(cur, "error_groups_state_read", self.key, **self.ids).fetchone()
+            rows, newest = d.execute(cur, "count_and_last", None, **self.ids).fetchone() or (0, None)
+            high = int(state[0]) if state else 0
+            behind = 0
+            if newest is not None and int(newest) > high:
+                behind = int(d.scalar(cur, "count_above", {"after_seq": high}, **self.ids) or 0)
+            return SummaryState([tuple(g) for g in groups], sum(int(g[3]) for g in groups), high, int(rows or 0),
+                                None if newest is None else int(newest), behind,
+                                None if not state else state[1], None if not state else state[2])
+
+        return self.session.run(work, what=f"read the error groups of {self.name!r}", read_only=True)
+
+
+__all__ = ["CATCH_UP_ROWS", "GROUPS_TABLE", "READ_CATCH_UP_ROWS", "STATE_TABLE", "ErrorGroupSummary",
+           "SummaryState"]
