@@ -48,10 +48,10 @@ class Watcher:
     """One producer on its own queue: the commit time of each sent id, the yield time of each emitted id."""
 
     def __init__(self, name: str, url: str, queue: str, *, min_event_interval: float, notify: bool,
-                 store_delay: float) -> None:
+                 store_delay: float, module: Any = None) -> None:
         from airflow_sqlqueue.transport import SqlQueueTransport
 
-        self.name, self.url, self.queue = name, url, queue
+        self.name, self.url, self.queue, self.module = name, url, queue, module
         self.min_event_interval, self.store_delay = min_event_interval, store_delay
         self.counter = [0]
         self.sender = SqlQueueTransport.from_url(url)
@@ -68,8 +68,9 @@ class Watcher:
     async def start(self) -> None:
         from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-        import airflow_sqlqueue.triggers.sqlqueue as module
+        import airflow_sqlqueue.triggers.sqlqueue as current
 
+        module = self.module or current
         producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue, error_queue=self._error(),
                                                  min_event_interval=self.min_event_interval)
         transport = self.transport
@@ -79,8 +80,17 @@ class Watcher:
 
         module.get_transport = get_transport  # read once, at the stream's start: watchers start one at a time
 
-        async def loop() -> None:
+        acks: asyncio.Queue = asyncio.Queue()
+
+        async def pump() -> None:  # as the triggerer's advance pump: in order, one advance at a time
+            while True:
+                number, due = await acks.get()
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=1, failed=0))])
+
+        async def loop() -> None:  # as the triggerer's manager: takes the next event without waiting for acks
             stream = producer.open_stream()
+            acker = asyncio.ensure_future(pump())
             try:
                 while True:
                     payload, number = await anext(stream)
@@ -88,9 +98,10 @@ class Watcher:
                     self.events += 1
                     for item in payload["messages"]:
                         self.emitted.setdefault(str(item["id"]), now)
-                    await asyncio.sleep(self.store_delay)
-                    await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=1, failed=0))])
+                    acks.put_nowait((number, now + self.store_delay))
             finally:
+                acker.cancel()
+                await asyncio.gather(acker, return_exceptions=True)
                 await stream.aclose()
                 await producer.aclose()
 
@@ -99,11 +110,11 @@ class Watcher:
     async def send(self, pattern: str, count: int = 1) -> None:
         from airflow_sqlqueue.transport import OutgoingMessage
 
+        started = time.perf_counter()  # the sender's view: on SQLite a send waits while a claim holds the lock
         ids = await asyncio.to_thread(self.sender.send_many, self.queue,
                                       [OutgoingMessage(body=b"ping") for _ in range(count)])
-        committed = time.perf_counter()
         for message_id in ids:
-            self.sent[str(message_id)] = (pattern, committed)
+            self.sent[str(message_id)] = (pattern, started)
 
     async def drained(self, timeout: float = 60) -> None:
         deadline = time.perf_counter() + timeout
@@ -128,11 +139,12 @@ class Watcher:
 async def measure(watchers: list[Watcher], args: argparse.Namespace) -> dict[str, Any]:
     import airflow_sqlqueue.triggers.sqlqueue as module
 
-    original = module.get_transport
+    originals = {id(w.module or module): (w.module or module, (w.module or module).get_transport) for w in watchers}
     for watcher in watchers:
         await watcher.start()
         await asyncio.sleep(1.0)
-    module.get_transport = original
+    for mod, original in originals.values():
+        mod.get_transport = original
     await asyncio.sleep(20)  # the back-off settles at its longest pause
     before = {w.name: w.counter[0] for w in watchers}
     await asyncio.sleep(args.idle_seconds)
@@ -163,6 +175,22 @@ async def measure(watchers: list[Watcher], args: argparse.Namespace) -> dict[str
     return results
 
 
+def load_before(ref: str) -> Any:
+    """``airflow_sqlqueue/triggers/sqlqueue.py`` as it was at ``ref``, loaded as a module of its own."""
+    import importlib.util
+    import subprocess
+
+    source = subprocess.run(["git", "show", f"{ref}:airflow_sqlqueue/triggers/sqlqueue.py"], check=True,
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    path = Path(tempfile.mkdtemp(prefix="sqlqueue-before-")) / "sqlqueue_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("sqlqueue_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def table(results: dict[str, Any]) -> str:
     lines = ["| set-up | idle statements/min | pattern | send -> event p50 | p95 | messages | events/min at 1/s |",
              "|---|---:|---|---:|---:|---:|---:|"]
@@ -182,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=60.0)
     parser.add_argument("--store-delay", type=float, default=0.2)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--before-ref", default="0d805f8",
+                        help="git commit whose triggers/sqlqueue.py is the 'before' set-up (default: before issue 29's "
+                             "pipelining)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     import psycopg
@@ -191,13 +222,17 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     root = Path(tempfile.mkdtemp(prefix="sqlqueue-watcher-patterns-"))
 
+    before = load_before(args.before_ref)
+
     async def scenario() -> dict[str, Any]:
         watchers = []
-        for label, gap in (("before", 5.0), ("after", 2.0)):
+        for label, module in (("before", before), ("after", None)):
             watchers.append(Watcher(f"SQLite, {label}", f"sqlite:///{root / label}.db", "events",
-                                    min_event_interval=gap, notify=False, store_delay=args.store_delay))
+                                    min_event_interval=2.0, notify=False, store_delay=args.store_delay,
+                                    module=module))
             watchers.append(Watcher(f"PostgreSQL push, {label}", args.pg_url, f'"{schema}"."{label}"',
-                                    min_event_interval=gap, notify=True, store_delay=args.store_delay))
+                                    min_event_interval=2.0, notify=True, store_delay=args.store_delay,
+                                    module=module))
         return await measure(watchers, args)
 
     try:
