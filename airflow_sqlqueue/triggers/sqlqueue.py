@@ -664,11 +664,14 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     ``max_event_bytes`` of JSON. The first message after a quiet period goes out at once; after that, events
     keep a gap (``next_event_gap``): ``min_event_interval`` (2 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
-    while an event is in flight or within the gap join the next event; an event sooner than ``event_interval``
-    after the previous one leaves its newest message for a later event, so the last event of a trickle keeps
-    ``event_interval``. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without leaving events
-    behind (an event stored before the scheduler created the run of the previous one waits for the next event:
-    apache/airflow#56749); one event per message hit that on most bursts.
+    within the gap join the next event. On PostgreSQL and SQL Server the next batch is claimed while the previous
+    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite, whose claim
+    holds the write lock, only after. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without
+    leaving events behind (an event stored before the scheduler created the run of the previous one waits for the
+    next event: apache/airflow#56749); one event per message hit that on most bursts. So on Airflow before 3.4 an
+    event close behind another (within ``event_interval``, or while that one is not stored yet) that no message
+    follows gets an empty sweep event ``event_interval`` after it: a DAG run without messages, which takes along
+    any event the scheduler left out.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
     deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
