@@ -86,13 +86,14 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
     run that consumed it succeeded."""
     tags = sorted({body.rsplit("-", 1)[0] for body in sent})
     rows = deployment.query(
-        "SELECT e.timestamp, e.extra, r.start_date, r.state FROM asset_event e "
+        "SELECT e.timestamp, e.extra, r.start_date, r.state, r.queued_at FROM asset_event e "
         "LEFT JOIN dagrun_asset_event d ON d.event_id = e.id LEFT JOIN dag_run r ON r.id = d.dag_run_id "
         "WHERE e.extra::text LIKE ANY(%s)", ([f"%{t}-%" for t in tags],))
     event_at: dict[str, float] = {}
     run_at: dict[str, float] = {}
     done: set[str] = set()
-    for stored, extra, started, state in rows:
+    queued_at: dict[str, float] = {}
+    for stored, extra, started, state, queued in rows:
         for message in (extra or {}).get("payload", {}).get("messages", []):
             body = message.get("body")
             if body not in sent:
@@ -100,9 +101,11 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
             event_at[body] = min(event_at.get(body, float("inf")), stored.timestamp())
             if started is not None:
                 run_at[body] = min(run_at.get(body, float("inf")), started.timestamp())
+            if queued is not None:
+                queued_at[body] = min(queued_at.get(body, float("inf")), queued.timestamp())
             if state == "success":
                 done.add(body)
-    return {"event_at": event_at, "run_at": run_at, "done": done}
+    return {"event_at": event_at, "run_at": run_at, "queued_at": queued_at, "done": done}
 
 
 def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180) -> dict[str, Any]:
@@ -114,7 +117,10 @@ def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: f
     row = {"backend": deployment.backend, "pattern": name, "messages": len(sent),
            "waiting": len(set(sent) - got["done"]),
            "event p50": statistics.median(to_event), "event p95": percentile(to_event, 95),
-           "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95)}
+           "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95),
+           # where the scheduler's part goes: asset event stored -> run queued (created), queued -> started
+           "event->queued p50": statistics.median([got["queued_at"][b] - got["event_at"][b] for b in got["run_at"]]),
+           "queued->start p50": statistics.median([got["run_at"][b] - got["queued_at"][b] for b in got["run_at"]])}
     ROWS.append(row)
     print(row)
     return row
