@@ -644,9 +644,12 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 await asyncio.to_thread(claim.settle, item.outcome)
             self._in_flight.pop(item.broker_payload, None)
             if not claim.stored:
-                self._failed = self._failed or bool(claim.released) or claim.sweep
-                if claim.sweep:  # the sweep itself was not stored: another one follows
-                    self._sweep_owed = self.sweep_events
+                if claim.sweep:  # a sweep that a subscriber failed to store is sent again (none without subscribers)
+                    again = item.outcome.failed > 0
+                    self._failed = self._failed or again
+                    self._sweep_owed = self._sweep_owed or (self.sweep_events and again)
+                else:
+                    self._failed = self._failed or bool(claim.released)
             self._settled.set()
 
     async def aclose(self) -> None:
