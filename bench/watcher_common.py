@@ -57,10 +57,11 @@ def error_queue_of(queue: str) -> str:
     return queue.rsplit(".", 1)[0] + '."error"' if queue.startswith('"') else "error"
 
 
-def use_transport(transport: Any) -> None:
+def use_transport(transport: Any, module: Any = None) -> None:
     """Make the next producer that opens its stream take ``transport`` (the module reads it at the stream's start:
-    start producers one at a time)."""
-    import airflow_sqlqueue.triggers.sqlqueue as module
+    start producers one at a time); ``module`` is another copy of the triggers' module (default: the current one)."""
+    if module is None:
+        import airflow_sqlqueue.triggers.sqlqueue as module
 
     async def get_transport(conn_id: str, **kwargs: Any) -> tuple[Any, Any]:
         return transport, None
@@ -71,14 +72,17 @@ def use_transport(transport: Any) -> None:
 async def start_and_count_idle(watchers: Sequence[Any], start: Callable[[Any], Awaitable[None]],
                                idle_seconds: float) -> dict[str, float]:
     """Start each watcher (1 s apart), let the idle back-off settle (20 s), then count each one's statements over
-    ``idle_seconds``: statements a minute by name (each watcher has ``name`` and ``counter``)."""
-    import airflow_sqlqueue.triggers.sqlqueue as module
+    ``idle_seconds``: statements a minute by name (each watcher has ``name`` and ``counter``, and may have
+    ``module``: another copy of the triggers' module)."""
+    import airflow_sqlqueue.triggers.sqlqueue as current
 
-    original = module.get_transport
+    modules = {id(m): m for m in [current] + [getattr(w, "module", None) or current for w in watchers]}
+    originals = {key: m.get_transport for key, m in modules.items()}
     for watcher in watchers:
         await start(watcher)
         await asyncio.sleep(1.0)
-    module.get_transport = original
+    for key, m in modules.items():
+        m.get_transport = originals[key]
     await asyncio.sleep(20)  # the back-off settles at its longest pause
     before = {w.name: w.counter[0] for w in watchers}
     await asyncio.sleep(idle_seconds)

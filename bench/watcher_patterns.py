@@ -1,20 +1,24 @@
 """The event trigger's batching by send pattern: send -> event p50/p95 for isolated sends, one send a second and
-bursts, before and after issue 29's quick first event, and idle statements per minute.
+bursts, the trigger as it was before issue 29's pipelining beside the current one, and idle statements per minute.
 
-``python -m bench.watcher_patterns [--steady-seconds 60] [--trials 8] [--pg-url URL] [--out DIR]``
+``python -m bench.watcher_patterns [--steady-seconds 60] [--trials 8] [--store-delay 2] [--pg-url URL] [--out DIR]``
 
 Runs ``SqlQueueStreamProducer`` (what the triggerer runs for a ``SqlQueueMessageTrigger`` in an ``AssetWatcher``)
 in process with the shipped example's settings (``poll_interval`` 2 s, idle back-off to 8 s, ``event_interval``
-5 s), on SQLite (file wake-ups) and PostgreSQL (push), all set-ups at once, each on its own queue:
+5 s, ``min_event_interval`` 2 s), on SQLite (file wake-ups) and PostgreSQL (push), all set-ups at once, each on its
+own queue:
 
-* **before**: every event keeps ``event_interval`` after the previous one (``min_event_interval`` = 5 s);
-* **after**: the defaults, ``min_event_interval`` 2 s after an event of at most 10 messages.
+* **before**: ``triggers/sqlqueue.py`` of ``--before-ref`` (the next claim only after the previous event was
+  acknowledged; an event on a short gap holds back its newest message);
+* **after**: the current trigger.
 
-Each event is acknowledged ``--store-delay`` (0.2 s) after it is yielded, standing in for Airflow storing it.
-Patterns, in this order: idle statements per minute over ``--idle-seconds``; ``--trials`` isolated sends after
-6-10 s of quiet; one send a second for ``--steady-seconds``; ``--trials`` bursts of 20 (one transaction each)
-after 6-10 s of quiet. Latency is from a send's commit to the producer yielding the event that carries it (the
-triggerer's side: Airflow then stores the event and the scheduler starts the run, about 1 s more).
+As in the triggerer, the next event is taken at once and each is acknowledged ``--store-delay`` seconds after it
+was yielded, in order (Airflow 3.3 confirms an event about two triggerer passes, ~2 s, after it is emitted; 0.2 s
+understates that). Patterns, in this order: idle statements per minute over ``--idle-seconds``; ``--trials``
+isolated sends after 6-10 s of quiet; one send a second for ``--steady-seconds``; ``--trials`` bursts of 20 (one
+transaction each) after 6-10 s of quiet. Latency is from just before the send call (on SQLite a send waits while a
+claim holds the write lock) to the producer yielding the event that carries it (the triggerer's side: Airflow then
+stores the event and the scheduler starts the run, about 1 s more).
 
 Writes ``watcher_patterns.json`` and ``watcher_patterns.md`` under ``--out``.
 """
@@ -25,6 +29,7 @@ import argparse
 import asyncio
 import random
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -48,14 +53,14 @@ class Watcher:
     """One producer on its own queue: the commit time of each sent id, the yield time of each emitted id."""
 
     def __init__(self, name: str, url: str, queue: str, *, min_event_interval: float, notify: bool,
-                 store_delay: float) -> None:
+                 store_delay: float, module: Any = None) -> None:
         from airflow_sqlqueue.transport import SqlQueueTransport
 
-        self.name, self.url, self.queue = name, url, queue
+        self.name, self.url, self.queue, self.module = name, url, queue, module
         self.min_event_interval, self.store_delay = min_event_interval, store_delay
         self.counter = [0]
         self.sender = SqlQueueTransport.from_url(url)
-        self.sender.create_queues([queue, error_queue_of(self.queue)], notify=notify)
+        self.sender.create_queues([queue, error_queue_of(queue)], notify=notify)
         self.transport = counted_transport(url, self.counter)
         self.sent: dict[str, tuple[str, float]] = {}
         self.emitted: dict[str, float] = {}
@@ -65,15 +70,25 @@ class Watcher:
     async def start(self) -> None:
         from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-        import airflow_sqlqueue.triggers.sqlqueue as module
+        import airflow_sqlqueue.triggers.sqlqueue as current
 
+        module = self.module or current
         producer = module.SqlQueueStreamProducer(conn_id="bench", queue_name=self.queue,
                                                  error_queue=error_queue_of(self.queue),
                                                  min_event_interval=self.min_event_interval)
-        use_transport(self.transport)
+        use_transport(self.transport, module)
 
-        async def loop() -> None:
+        acks: asyncio.Queue = asyncio.Queue()
+
+        async def pump() -> None:  # as the triggerer's advance pump: in order, one advance at a time
+            while True:
+                number, due = await acks.get()
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=1, failed=0))])
+
+        async def loop() -> None:  # as the triggerer's manager: takes the next event without waiting for acks
             stream = producer.open_stream()
+            acker = asyncio.ensure_future(pump())
             try:
                 while True:
                     payload, number = await anext(stream)
@@ -81,9 +96,10 @@ class Watcher:
                     self.events += 1
                     for item in payload["messages"]:
                         self.emitted.setdefault(str(item["id"]), now)
-                    await asyncio.sleep(self.store_delay)
-                    await producer.advance([AdvanceItem(number, AdvanceOutcome(acked=1, failed=0))])
+                    acks.put_nowait((number, now + self.store_delay))
             finally:
+                acker.cancel()
+                await asyncio.gather(acker, return_exceptions=True)
                 await stream.aclose()
                 await producer.aclose()
 
@@ -92,11 +108,11 @@ class Watcher:
     async def send(self, pattern: str, count: int = 1) -> None:
         from airflow_sqlqueue.transport import OutgoingMessage
 
+        started = time.perf_counter()  # the sender's view: on SQLite a send waits while a claim holds the lock
         ids = await asyncio.to_thread(self.sender.send_many, self.queue,
                                       [OutgoingMessage(body=b"ping") for _ in range(count)])
-        committed = time.perf_counter()
         for message_id in ids:
-            self.sent[str(message_id)] = (pattern, committed)
+            self.sent[str(message_id)] = (pattern, started)
 
     async def drained(self, timeout: float = 60) -> None:
         deadline = time.perf_counter() + timeout
@@ -146,6 +162,22 @@ async def measure(watchers: list[Watcher], args: argparse.Namespace) -> dict[str
     return results
 
 
+def load_before(ref: str) -> Any:
+    """``airflow_sqlqueue/triggers/sqlqueue.py`` as it was at ``ref``, loaded as a module of its own."""
+    import importlib.util
+    import subprocess
+
+    source = subprocess.run(["git", "show", f"{ref}:airflow_sqlqueue/triggers/sqlqueue.py"], check=True,
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    path = Path(tempfile.mkdtemp(prefix="sqlqueue-before-")) / "sqlqueue_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("sqlqueue_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def table(results: dict[str, Any]) -> str:
     lines = ["| set-up | idle statements/min | pattern | send -> event p50 | p95 | messages | events/min at 1/s |",
              "|---|---:|---|---:|---:|---:|---:|"]
@@ -163,26 +195,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=40.0)
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--steady-seconds", type=float, default=60.0)
-    parser.add_argument("--store-delay", type=float, default=0.2)
+    parser.add_argument("--store-delay", type=float, default=2.0)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--before-ref", default="0d805f8",
+                        help="git commit whose triggers/sqlqueue.py is the 'before' set-up (default: before issue 29's "
+                             "pipelining)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    before = load_before(args.before_ref)
     with bench_place(args.pg_url, "watcher-patterns") as (schema, root):
 
         async def scenario() -> dict[str, Any]:
             watchers = []
-            for label, gap in (("before", 5.0), ("after", 2.0)):
+            for label, module in (("before", before), ("after", None)):
                 watchers.append(Watcher(f"SQLite, {label}", f"sqlite:///{root / label}.db", "events",
-                                        min_event_interval=gap, notify=False, store_delay=args.store_delay))
+                                        min_event_interval=2.0, notify=False, store_delay=args.store_delay,
+                                        module=module))
                 watchers.append(Watcher(f"PostgreSQL push, {label}", args.pg_url, f'"{schema}"."{label}"',
-                                        min_event_interval=gap, notify=True, store_delay=args.store_delay))
+                                        min_event_interval=2.0, notify=True, store_delay=args.store_delay,
+                                        module=module))
             return await measure(watchers, args)
 
         results = asyncio.run(scenario())
     write_results(args.out, "watcher_patterns", "Watcher batching by send pattern (poll 2 s, back-off to 8 s, "
-                  "event_interval 5 s; before: every event waits event_interval, after: min_event_interval 2 s "
-                  "after light events)", results, table(results))
+                  "event_interval 5 s, min_event_interval 2 s, "
+                  f"acks {args.store_delay:g} s after each event; before: the trigger of {args.before_ref}, after: "
+                  "now)", results, table(results))
     return 0
+
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ DOC = """
 
 The triggerer watches the queue with `SqlQueueMessageTrigger`. Each claimed batch of messages (up to 500; the
 first message after a quiet spell goes out at once, then events keep 2 s apart for a trickle and 5 s under load)
-becomes one asset event carrying the messages (`id`, `seq`, `headers`, `body`); they
+becomes one asset event carrying the messages (`id`, `seq`, `headers`, `body`); an event close behind another that
+no message follows gets an empty sweep event 5 s later (a run with no messages: on Airflow 3.3 the scheduler can
+leave the event before out of a run, and the sweep's run takes it along); they
 are deleted only after Airflow stored the event, so none is lost if the triggerer dies. `handle` passes the run's
 messages to `handle_once`: a message that an earlier successful run already handled (a batch the triggerer
 emitted again after a crash) is skipped, through the inbox table `SqlQueueInbox` it creates in the queue's

@@ -156,21 +156,41 @@ DEFAULT_MAX_BODY_BYTES = 65536
 #: ``min_event_interval`` (default 2 s) later; after a bigger one (load), ``event_interval`` later.
 DEFAULT_MIN_EVENT_INTERVAL = 2.0
 LIGHT_EVENT_MESSAGES = 10
+#: Most events of one watcher emitted and not stored yet, where claims do not block each other (not SQLite).
+MAX_EVENTS_IN_FLIGHT = 4
+#: While a sweep event is owed, an empty queue is looked at again this often (seconds) until it is due.
+SWEEP_CHECK_INTERVAL = 0.25
+
+
+def _scheduler_may_leave_events() -> bool:
+    """Airflow before 3.4 can leave an asset event out of the run the scheduler is creating (apache/airflow#56749:
+    one queue row per asset, insert-or-nothing); 3.4's queue rows point at each event."""
+    try:
+        from airflow import __version__
+        from packaging.version import Version
+
+        return Version(__version__).release[:2] < (3, 4)
+    except Exception:  # noqa: BLE001 - unknown: assume the race
+        return True
+
+
+SCHEDULER_MAY_LEAVE_EVENTS = _scheduler_may_leave_events()
 
 
 def next_event_gap(last_count: int, event_interval: float, min_event_interval: float) -> float:
     """Seconds the next event keeps after the previous one (of ``last_count`` messages): ``event_interval`` under
     load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
 
-    The first message after a quiet period of ``event_interval`` goes out at once; messages that arrive while an
-    event is in flight (emitted, not yet stored) or within the gap join the next event.
+    The first message after a quiet period goes out at once; messages that arrive within the gap join the next
+    event. Where claims do not block each other (PostgreSQL, SQL Server) the next batch is claimed while the
+    previous event is still being stored; on SQLite only once Airflow acknowledged it.
 
-    An event sent sooner than ``event_interval`` after the previous one never carries the newest message claimed: it
-    stays for a later event (a lone message waits for the full ``event_interval``). So an event sent on a short gap
-    always has a later one behind it, and the last event of a trickle keeps ``event_interval``. On Airflow 3.3 an
-    event stored before the scheduler created the run of the previous event is left out of it and waits for the next
-    event (the scheduler queues a DAG by one row per asset, insert-or-nothing); the later event picks it up, and the
-    last one, ``event_interval`` after its predecessor, is not left out.
+    On Airflow 3.3 an event stored while the scheduler has not yet created the run of the previous event is left
+    out of that run and waits for the next event (the scheduler queues a DAG by one row per asset, insert-or-
+    nothing, and takes the events up to that row's time). So an event sent close behind another (within
+    ``event_interval``, or while the other is not stored yet) always gets a later event behind it: the next
+    batch, or, when no message comes, an empty sweep event ``event_interval`` after it (its run takes any event
+    left out before; it has no messages). Airflow 3.4 fixed the race: no sweep events there.
     """
     if last_count > LIGHT_EVENT_MESSAGES:
         return event_interval
@@ -188,9 +208,10 @@ def _size(item: dict[str, Any]) -> int:
 
 
 def batch_payload(queue: str, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The payload of one event: ``{"queue", "count", "first_seq", "last_seq", "messages": [...]}``."""
-    return {"queue": queue, "count": len(items), "first_seq": items[0]["seq"], "last_seq": items[-1]["seq"],
-            "messages": list(items)}
+    """The payload of one event: ``{"queue", "count", "first_seq", "last_seq", "messages": [...]}`` (a sweep
+    event has no messages: count 0, the sequence bounds None)."""
+    return {"queue": queue, "count": len(items), "first_seq": items[0]["seq"] if items else None,
+            "last_seq": items[-1]["seq"] if items else None, "messages": list(items)}
 
 
 def fit_event(messages: Sequence[ReceivedMessage], max_event_bytes: int,
@@ -350,6 +371,8 @@ class ClaimedBatch:
         self.emitted: list[ReceivedMessage] = []
         #: Airflow stored the event (its messages were deleted); False while in flight, failed or rejected.
         self.stored = False
+        #: An event without messages (see ``SqlQueueStreamProducer``): the claim found none and was committed.
+        self.sweep = False
 
     @property
     def number(self) -> int:
@@ -415,10 +438,15 @@ class ClaimedBatch:
 class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
-    ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages; it claims the next
-    batch only after Airflow advanced that event, and no sooner than ``next_event_gap`` after the previous
-    event. ``advance`` deletes the batch once its asset events were stored, moves a rejected batch to the error
-    queue, and leaves a failed one in the queue (emitted again). See ``SqlQueueMessageTrigger`` for the parameters.
+    ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages, no sooner than
+    ``next_event_gap`` after the previous event. Where claims do not block each other (PostgreSQL, SQL Server:
+    locked rows are skipped) it claims the next batch while earlier events are still being stored (up to
+    ``MAX_EVENTS_IN_FLIGHT``); on SQLite (one writer: a claim holds the write lock) only once Airflow advanced
+    the previous event. ``advance`` deletes a batch once its asset events were stored, moves a rejected batch to
+    the error queue, and leaves a failed one in the queue (emitted again). Where Airflow's scheduler can leave an
+    event out of a run (before 3.4), an event close behind another is followed, when nothing comes after it, by
+    an empty sweep event ``event_interval`` later (see ``next_event_gap``). See ``SqlQueueMessageTrigger`` for the
+    parameters.
     """
 
     def __init__(self, conn_id: str, queue_name: str, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -443,11 +471,31 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.max_event_bytes = max_event_bytes
         self.transport: SqlQueueTransport | None = None
         self._connection: Any = None
-        self._claim: ClaimedBatch | None = None
+        #: Claims whose event was emitted and not advanced yet, oldest first, by claim number.
+        self._in_flight: dict[int, ClaimedBatch] = {}
+        self._opening: ClaimedBatch | None = None  # the claim being opened or looked at, not emitted yet
         self._settled = asyncio.Event()
+        self._failed = False  # an event was not stored: its messages are emitted again after poll_interval
         self._closing = False
         self._last_event = float("-inf")
         self._gap = 0.0  # what the next event keeps after the last one (next_event_gap)
+        #: An event went out close behind another (the scheduler may have left it out of a run): a later event
+        #: must follow it, a sweep event when no message comes.
+        self._sweep_owed = False
+        self.sweep_events = SCHEDULER_MAY_LEAVE_EVENTS
+
+    @property
+    def _claim(self) -> ClaimedBatch | None:
+        """The newest claim in flight (or being opened), None when there is none."""
+        if self._opening is not None:
+            return self._opening
+        return next(reversed(self._in_flight.values()), None)
+
+    async def _wait_settled(self, most: int) -> None:
+        """Wait until at most ``most`` events are in flight."""
+        while len(self._in_flight) > most and not self._closing:
+            self._settled.clear()
+            await self._settled.wait()
 
     async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], int]]:
         self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
@@ -456,6 +504,8 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         await asyncio.to_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
         loop = asyncio.get_running_loop()
         failures = 0
+        # SQLite: a claim holds the write lock until it is settled, so the next one waits for the advance
+        most_in_flight = 0 if self.transport.dialect.single_writer else MAX_EVENTS_IN_FLIGHT - 1
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
         await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
         log.info("queue %s: this trigger is %s", name, wakeups.describe())
@@ -464,14 +514,19 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 wait = self._last_event + self._gap - loop.time()
                 if wait > 0:  # events spaced by next_event_gap: messages meanwhile join the next batch
                     await asyncio.sleep(wait)
+                await self._wait_settled(most_in_flight)
+                if self._failed and not self._closing:  # a failed event is emitted again, not in a tight loop
+                    self._failed = False
+                    await asyncio.sleep(self.poll_interval)
+                if self._closing:
+                    break
                 claim = ClaimedBatch(self.transport, address)
-                self._claim = claim
-                self._settled.clear()
+                self._opening = claim
                 try:
                     await asyncio.to_thread(claim.open, self.batch_size)
                     failures = 0
                 except Exception as exc:
-                    self._claim = None
+                    self._opening = None
                     failures += 1
                     if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
                         raise
@@ -488,20 +543,26 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                         metrics.incr("trigger_refused", self.conn_id, name, len(refused))
                 if not claim.messages:
                     await asyncio.to_thread(claim.commit)  # keeps the drops of expired and poison rows
-                    self._claim = None
+                    self._opening = None
+                    if self._sweep_owed and not self._in_flight and loop.time() >= self._last_event + \
+                            self.event_interval:
+                        claim.sweep = True  # nothing came after an event close behind another: sweep
+                        self._in_flight[claim.number] = claim
+                        self._sweep_owed = False
+                        self._last_event, self._gap = loop.time(), self.min_event_interval
+                        log.info("queue %s: one sweep event (no messages) so that Airflow runs the event before it",
+                                 name)
+                        yield batch_payload(name, []), claim.number
+                        continue
                     if not claim.locked:  # empty: a wake-up, the poll interval, or the idle back-off
-                        await wakeups.wait_async(found=False)
+                        if self._sweep_owed:  # look again soon: the sweep is due event_interval after the event
+                            await asyncio.sleep(min(SWEEP_CHECK_INTERVAL, self.poll_interval))
+                        else:
+                            await wakeups.wait_async(found=False)
                     continue
                 wakeups.next_pause(found=True)  # messages: the idle back-off starts over
-                short_gap = loop.time() - self._last_event < self.event_interval
-                if short_gap and len(claim.messages) == 1:
-                    # it could end a trickle: it waits for the full event_interval (see next_event_gap)
-                    await asyncio.to_thread(claim.commit)
-                    self._claim = None
-                    self._gap = self.event_interval
-                    continue
-                limit = len(claim.messages) - 1 if short_gap else len(claim.messages)
-                items = fit_event(claim.messages[:limit], self.max_event_bytes, self.max_body_bytes)
+                close_behind = bool(self._in_flight) or loop.time() - self._last_event < self.event_interval
+                items = fit_event(claim.messages, self.max_event_bytes, self.max_body_bytes)
                 if len(items) < len(claim.messages):
                     await asyncio.to_thread(claim.keep, len(items))
                 else:
@@ -513,24 +574,26 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                          f"; {len(claim.messages) - len(items)} left for the next event"
                          if len(items) < len(claim.messages) else "")
                 log.debug("queue %s: event ids %s", name, [item["id"] for item in items])
-                spacing = self._last_event, self._gap
+                self._sweep_owed = self.sweep_events and close_behind
                 self._last_event = loop.time()
                 self._gap = next_event_gap(len(items), self.event_interval, self.min_event_interval)
                 metrics.incr("trigger_events", self.conn_id, name)
                 metrics.incr("trigger_messages", self.conn_id, name, len(items))
+                self._in_flight[claim.number] = claim
+                self._opening = None
                 yield payload, claim.number
-                await self._settled.wait()
-                self._claim = None
-                if not claim.stored:  # no asset event came of it: the spacing keeps to the last stored event
-                    self._last_event, self._gap = spacing
-                if claim.released and not self._closing:  # a failed event is emitted again, not in a tight loop
-                    await asyncio.sleep(self.poll_interval)
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
-            claim, self._claim = self._claim, None
-            if claim is not None:
-                await asyncio.to_thread(claim.abandon)
+            await self._abandon_all()
             await asyncio.to_thread(wakeups.close)
             self._unregister()
+
+    async def _abandon_all(self) -> None:
+        claims = [c for c in (self._opening, *self._in_flight.values()) if c is not None]
+        self._opening = None
+        self._in_flight.clear()
+        for claim in claims:
+            await asyncio.to_thread(claim.abandon)
+        self._settled.set()
 
     def check_startup(self, name: str) -> None:
         """Refuse, before anything is claimed, a configuration that could lose or misroute messages: an error
@@ -569,22 +632,30 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 _ACTIVE_FILTERS[key] = (filter_key, count - 1)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        claim = self._claim
         for item in batch:
-            if claim is None or item.broker_payload != claim.number:
+            claim = self._in_flight.get(item.broker_payload) if isinstance(item.broker_payload, int) else None
+            if claim is None:
                 log.warning("advance of an event of an ended claim ignored (its messages were returned to %s)",
                             self.queue_name)
                 continue
-            await asyncio.to_thread(claim.settle, item.outcome)
+            if claim.sweep:
+                claim.stored = bool(item.outcome.is_clean and not item.outcome.rejected)
+            else:
+                await asyncio.to_thread(claim.settle, item.outcome)
+            self._in_flight.pop(item.broker_payload, None)
+            if not claim.stored:
+                if claim.sweep:  # a sweep that a subscriber failed to store is sent again (none without subscribers)
+                    again = item.outcome.failed > 0
+                    self._failed = self._failed or again
+                    self._sweep_owed = self._sweep_owed or (self.sweep_events and again)
+                else:
+                    self._failed = self._failed or bool(claim.released)
             self._settled.set()
 
     async def aclose(self) -> None:
         self._closing = True
         self._unregister()
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            await asyncio.to_thread(claim.abandon)
-        self._settled.set()
+        await self._abandon_all()
         transport, self.transport = self.transport, None
         await _close(transport)
 
@@ -596,11 +667,14 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     ``max_event_bytes`` of JSON. The first message after a quiet period goes out at once; after that, events
     keep a gap (``next_event_gap``): ``min_event_interval`` (2 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
-    while an event is in flight or within the gap join the next event; an event sooner than ``event_interval``
-    after the previous one leaves its newest message for a later event, so the last event of a trickle keeps
-    ``event_interval``. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without leaving events
-    behind (an event stored before the scheduler created the run of the previous one waits for the next event:
-    apache/airflow#56749); one event per message hit that on most bursts.
+    within the gap join the next event. On PostgreSQL and SQL Server the next batch is claimed while the previous
+    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite, whose claim
+    holds the write lock, only after. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without
+    leaving events behind (an event stored before the scheduler created the run of the previous one waits for the
+    next event: apache/airflow#56749); one event per message hit that on most bursts. So on Airflow before 3.4 an
+    event close behind another (within ``event_interval``, or while that one is not stored yet) that no message
+    follows gets an empty sweep event ``event_interval`` after it: a DAG run without messages, which takes along
+    any event the scheduler left out.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
     deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:

@@ -164,7 +164,7 @@ class Deployment:
         self.stop()
 
     def start(self, connections: dict[str, str] | None = None) -> None:
-        """Create the metadata database, migrate it, start every component, add ``connections`` (id: URI) with
+        """Create the metadata database, migrate it, start every component, add ``connections`` (id: URI or JSON) with
         ``airflow connections add`` while they start; return once they are up."""
         if not _LIVE and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, _on_sigterm)
@@ -183,8 +183,8 @@ class Deployment:
         self.airflow("db", "migrate", timeout=300)
         for name, args in self.components():
             self.start_process(name, args)
-        for conn_id, uri in (connections or {}).items():
-            self.airflow("connections", "add", conn_id, "--conn-uri", uri)
+        for conn_id, uri in (connections or {}).items():  # a URI, or the JSON form (SQLite: {"conn_type": ...})
+            self.airflow("connections", "add", conn_id, "--conn-json" if uri.startswith("{") else "--conn-uri", uri)
         self.wait_started()
 
     def components(self) -> list[tuple[str, list[str]]]:

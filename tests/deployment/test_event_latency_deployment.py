@@ -1,14 +1,18 @@
 """Send -> DAG run start on a real deployment with the shipped example DAG's own settings (issue 29).
 
 ``example_asset_watcher.py`` as shipped (``poll_interval`` 2 s, the trigger's defaults: back-off to 8 s,
-``event_interval`` 5 s, ``min_event_interval`` 2 s), its queue on PostgreSQL with the wake-up trigger, LocalExecutor,
-metadata on PostgreSQL. Send patterns: isolated sends after quiet spells, one send a second, bursts of 20; then a
-pause and an unpause. Every message must end in a successful run (counted per message from the asset events and
+``event_interval`` 5 s, ``min_event_interval`` 2 s), its queue on PostgreSQL with the wake-up trigger and on SQLite
+(file wake-ups), LocalExecutor, metadata on PostgreSQL. Each backend waits for the watcher to start (the DAG
+processor's next parse after the unpause) before it measures. Send patterns: isolated sends after quiet spells, one
+send a second, bursts of 20; then a pause and an unpause. Latency counts from just before the send call (on SQLite a
+send waits while the watcher's claim holds the write lock). Every message must end in a successful run (counted
+per message from the asset events and
 their runs); the latencies are printed as a table, never asserted (timing is read, not tested).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import time
@@ -30,36 +34,51 @@ DAG_ID = "example_sqlqueue_asset_watcher"
 ROWS: list[dict[str, Any]] = []
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("latency")
     schema = "l_" + uuid.uuid4().hex[:10]
-    queue = f'"{schema}"."events"'
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    deployment = Deployment(tmp_path_factory.mktemp("latency"), [EXAMPLE],
+    if request.param == "postgresql":
+        queue, url, connection = f'"{schema}"."events"', PG_URL, PG_URL
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+    else:
+        path = root / "queues.db"
+        queue, url = "events", f"sqlite:///{path}"
+        connection = json.dumps({"conn_type": "sqlite", "host": str(path)})
+    deployment = Deployment(root, [EXAMPLE],
                             env={"SQLQUEUE_EXAMPLE_CONN_ID": "sqlqueue_default",
                                  "SQLQUEUE_EXAMPLE_EVENTS_QUEUE": queue},
-                            connections={"sqlqueue_default": PG_URL})
-    deployment.queue = queue  # type: ignore[attr-defined]
+                            connections={"sqlqueue_default": connection})
+    deployment.queue, deployment.queue_url = queue, url  # type: ignore[attr-defined]
+    deployment.backend = "PostgreSQL (push)" if request.param == "postgresql" else "SQLite"  # type: ignore[attr-defined]
     try:
-        with SqlQueueTransport.from_url(PG_URL) as transport:
-            transport.create_queues([queue], notify=True)  # as docs/deployment.md says: with --notify
+        with SqlQueueTransport.from_url(url) as transport:
+            transport.create_queues([queue], notify=request.param == "postgresql")  # docs: with --notify
             if not transport.exists("error"):
                 transport.create_queues(["error"])
         with deployment:
             deployment.wait_parsed([DAG_ID])
             deployment.set_paused(DAG_ID, False)
+            unpaused = time.time()
+            wait_for("the watcher to start (the DAG processor's next parse of the file)",
+                     lambda: "this trigger is" in deployment.log_text("triggerer"), 180, interval=0.5,
+                     hint=deployment.where_logs())
+            print(f"\n{deployment.backend}: watcher started {time.time() - unpaused:.0f} s after the unpause")
             yield deployment
     finally:
         print("\n" + table(ROWS))
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        if request.param == "postgresql":
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def send(deployment: Deployment, bodies: list[str]) -> float:
-    with SqlQueueTransport.from_url(PG_URL) as transport:
+    """Send in one transaction; the time just before the send call (the sender's view)."""
+    with SqlQueueTransport.from_url(deployment.queue_url) as transport:
+        started = time.time()
         transport.send_many(deployment.queue, [OutgoingMessage(body=b.encode()) for b in bodies])
-    return time.time()
+    return started
 
 
 def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
@@ -67,13 +86,14 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
     run that consumed it succeeded."""
     tags = sorted({body.rsplit("-", 1)[0] for body in sent})
     rows = deployment.query(
-        "SELECT e.timestamp, e.extra, r.start_date, r.state FROM asset_event e "
+        "SELECT e.timestamp, e.extra, r.start_date, r.state, r.queued_at FROM asset_event e "
         "LEFT JOIN dagrun_asset_event d ON d.event_id = e.id LEFT JOIN dag_run r ON r.id = d.dag_run_id "
         "WHERE e.extra::text LIKE ANY(%s)", ([f"%{t}-%" for t in tags],))
     event_at: dict[str, float] = {}
     run_at: dict[str, float] = {}
     done: set[str] = set()
-    for stored, extra, started, state in rows:
+    queued_at: dict[str, float] = {}
+    for stored, extra, started, state, queued in rows:
         for message in (extra or {}).get("payload", {}).get("messages", []):
             body = message.get("body")
             if body not in sent:
@@ -81,9 +101,11 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
             event_at[body] = min(event_at.get(body, float("inf")), stored.timestamp())
             if started is not None:
                 run_at[body] = min(run_at.get(body, float("inf")), started.timestamp())
+            if queued is not None:
+                queued_at[body] = min(queued_at.get(body, float("inf")), queued.timestamp())
             if state == "success":
                 done.add(body)
-    return {"event_at": event_at, "run_at": run_at, "done": done}
+    return {"event_at": event_at, "run_at": run_at, "queued_at": queued_at, "done": done}
 
 
 def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180) -> dict[str, Any]:
@@ -92,19 +114,24 @@ def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: f
     got = outcome(deployment, sent)
     to_event = [got["event_at"][b] - sent[b] for b in sent]
     to_run = [got["run_at"][b] - sent[b] for b in sent if b in got["run_at"]]
-    row = {"pattern": name, "messages": len(sent), "waiting": len(set(sent) - got["done"]),
+    row = {"backend": deployment.backend, "pattern": name, "messages": len(sent),
+           "waiting": len(set(sent) - got["done"]),
            "event p50": statistics.median(to_event), "event p95": percentile(to_event, 95),
-           "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95)}
+           "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95),
+           # where the scheduler's part goes: asset event stored -> run queued (created), queued -> started
+           "event->queued p50": statistics.median([got["queued_at"][b] - got["event_at"][b] for b in got["run_at"]]),
+           "queued->start p50": statistics.median([got["run_at"][b] - got["queued_at"][b] for b in got["run_at"]])}
     ROWS.append(row)
     print(row)
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| pattern | messages | send -> asset event p50 | p95 | send -> run start p50 | p95 | waiting |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| backend | pattern | messages | send -> asset event p50 | p95 | send -> run start p50 | p95 | waiting |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['pattern']} | {r['messages']} | {r['event p50']:.1f} s | {r['event p95']:.1f} s | "
+        lines.append(f"| {r['backend']} | {r['pattern']} | {r['messages']} | {r['event p50']:.1f} s | "
+                     f"{r['event p95']:.1f} s | "
                      f"{r['run p50']:.1f} s | {r['run p95']:.1f} s | {r['waiting']} |")
     return "\n".join(lines)
 
@@ -150,7 +177,7 @@ def test_pause_and_unpause(example: Deployment) -> None:
     for i in range(5):
         sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
     time.sleep(5)
-    with SqlQueueTransport.from_url(PG_URL) as transport:
+    with SqlQueueTransport.from_url(example.queue_url) as transport:
         assert transport.peek(example.queue) == 5, "messages were taken while the DAG was paused"
     unpaused_at = time.time()
     example.set_paused(DAG_ID, False)
