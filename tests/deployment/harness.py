@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -183,8 +184,8 @@ class Deployment:
         self.airflow("db", "migrate", timeout=300)
         for name, args in self.components():
             self.start_process(name, args)
-        for conn_id, uri in (connections or {}).items():
-            self.airflow("connections", "add", conn_id, "--conn-uri", uri)
+        for conn_id, uri in (connections or {}).items():  # a URI, or a connection's JSON form (``{...}``)
+            self.airflow("connections", "add", conn_id, "--conn-json" if uri.startswith("{") else "--conn-uri", uri)
         self.wait_started()
 
     def components(self) -> list[tuple[str, list[str]]]:
@@ -334,6 +335,57 @@ class Deployment:
 
     def where_logs(self) -> str:
         return f"Component logs: {self.root / 'logs'}"
+
+    def log_files(self) -> list[Path]:
+        """Every log the deployment wrote: the components' (scheduler, triggerer, dag-processor, api-server, Celery
+        workers) and Airflow's own files under ``$AIRFLOW_HOME/logs`` (task attempts, the DAG processor's)."""
+        files = sorted((self.root / "logs").glob("*.log"))
+        home_logs = self.root / "home" / "logs"
+        if home_logs.exists():
+            files += sorted(path for path in home_logs.rglob("*") if path.is_file())
+        return files
+
+    def scan_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = ()) -> list[LogFinding]:
+        """Lines of every log that hold one of ``markers`` (text only message bodies carry) or are at ERROR level
+        or above, less the ERROR lines a pattern of ``allow`` matches (``re.search``)."""
+        markers = [m for m in markers if m]
+        allowed = [re.compile(a) if isinstance(a, str) else a for a in allow]
+        found: list[LogFinding] = []
+        for path in self.log_files():
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if any(marker in line for marker in markers):
+                    found.append(LogFinding(path, number, line, "message body"))
+                elif ERROR_LINE.search(line) and not any(a.search(line) for a in allowed):
+                    found.append(LogFinding(path, number, line, "ERROR"))
+        return found
+
+    def check_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = ()) -> None:
+        """Fail when a log holds a message body (one of ``markers``) or an ERROR line ``allow`` does not explain
+        (issue 29: no message body in any log at INFO, no ERROR line that is not an error)."""
+        found = self.scan_logs(markers, allow)
+        if found:
+            shown = "\n".join(str(f) for f in found[:30])
+            raise AssertionError(f"{len(found)} log lines with a message body or an unexplained ERROR "
+                                 f"(first {min(30, len(found))}):\n{shown}")
+
+
+#: A log line at ERROR level or above, in the formats the deployment writes: structlog's console form
+#: (``[error    ]``), the task logs' JSON (``"level":"error"``), logging's and Celery's (``ERROR/MainProcess``).
+ERROR_LINE = re.compile(r"\[(?:error|critical|exception)\s*\]|\"level\":\s*\"(?:error|critical|exception)\"|"
+                        r"\b(?:ERROR|CRITICAL|FATAL)\b")
+
+
+@dataclass
+class LogFinding:
+    """One offending log line."""
+
+    path: Path
+    line_no: int
+    line: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path.parent.name}/{self.path.name}:{self.line_no}: {self.line[:400]}"
 
 
 # -- figures ---------------------------------------------------------------------------------------------

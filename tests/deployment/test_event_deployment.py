@@ -58,10 +58,11 @@ def events_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Depl
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def sqlqueue(deployment: Deployment, *args: str, input: str | None = None) -> dict[str, Any]:
-    """Run the ``sqlqueue`` CLI on the connection stored in the metadata database (``--conn-id``)."""
+def sqlqueue(deployment: Deployment, *args: str, input: str | None = None,
+             conn_id: str = "sqlqueue_default") -> dict[str, Any]:
+    """Run the ``sqlqueue`` CLI on a connection stored in the metadata database (``--conn-id``)."""
     command, rest = args[0], args[1:]
-    result = deployment.run([str(BIN / "sqlqueue"), "--json", command, "--conn-id", "sqlqueue_default",
+    result = deployment.run([str(BIN / "sqlqueue"), "--json", command, "--conn-id", conn_id,
                              *rest], input=input)
     return json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
 
