@@ -108,6 +108,7 @@ class Deployment:
         self.database = "af_" + uuid.uuid4().hex[:12]
         self.metadata_url = f"{PG_SERVER}/{self.database}"
         self.port = free_port()
+        self.trigger_log_port, self.worker_log_port = free_port(), free_port()
         self.celery_queue = "sqlqueue_" + uuid.uuid4().hex[:8]  # other deployments on this broker never see ours
         self.jwt_secret = secrets.token_hex(16)  # one for every component: the API checks the workers' tokens
         self.broker_url = BROKERS[self.broker].format(db=int(uuid.uuid4().int % 14) + 1)
@@ -144,6 +145,10 @@ class Deployment:
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
             "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.celery_queue,
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # the log servers of the triggerer and of LocalExecutor tasks on free ports: two deployments on one
+            # machine (other tests, other sessions) would both bind 8794 / 8793, and the second logs an ERROR
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.trigger_log_port),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_port),
         })
         if self.executor == "CeleryExecutor":
             env["AIRFLOW__CELERY__BROKER_URL"] = self.broker_url
@@ -257,6 +262,34 @@ class Deployment:
             os.killpg(process.popen.pid, signal.SIGKILL)
             process.popen.wait(10)
 
+    def kill_session(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
+        """Send ``sig`` to every process of a component's session (started with ``start_new_session``): the
+        component and all it started, their own process groups included, as a crashed machine or container. (An
+        Airflow task process runs in a process group of its own: ``kill()`` of a Celery worker leaves it running,
+        an orphan.) Returns the PIDs signalled."""
+        process = self.processes.pop(name)
+        if process.popen is None or process.popen.poll() is not None:
+            return []
+        session = process.popen.pid
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session:  # after "(comm)": state, ppid, pgrp, session
+                pids.append(int(stat.parent.name))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            process.popen.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        return pids
+
     def restart(self, name: str, args: list[str] | None = None) -> Process:
         args = args or dict(self.components())[name]
         return self.start_process(name, args)
@@ -345,29 +378,42 @@ class Deployment:
             files += sorted(path for path in home_logs.rglob("*") if path.is_file())
         return files
 
-    def scan_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = ()) -> list[LogFinding]:
+    def scan_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = (),
+                  allow_bodies: Iterable[str | re.Pattern[str]] = ()) -> list[LogFinding]:
         """Lines of every log that hold one of ``markers`` (text only message bodies carry) or are at ERROR level
-        or above, less the ERROR lines a pattern of ``allow`` matches (``re.search``)."""
+        or above, less the ERROR lines a pattern of ``allow`` matches (``re.search``). A line with a body is
+        always a finding, unless it is an ERROR line that both ``allow`` and ``allow_bodies`` match."""
         markers = [m for m in markers if m]
         allowed = [re.compile(a) if isinstance(a, str) else a for a in allow]
+        bodies_allowed = [re.compile(a) if isinstance(a, str) else a for a in allow_bodies]
         found: list[LogFinding] = []
         for path in self.log_files():
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                error = bool(ERROR_LINE.search(line))
+                explained = error and any(a.search(line) for a in allowed)
                 if any(marker in line for marker in markers):
-                    found.append(LogFinding(path, number, line, "message body"))
-                elif ERROR_LINE.search(line) and not any(a.search(line) for a in allowed):
+                    if not (explained and any(a.search(line) for a in bodies_allowed)):
+                        found.append(LogFinding(path, number, line, "message body"))
+                elif error and not explained:
                     found.append(LogFinding(path, number, line, "ERROR"))
         return found
 
-    def check_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = ()) -> None:
+    def check_logs(self, markers: Iterable[str], allow: Iterable[str | re.Pattern[str]] = (),
+                   allow_bodies: Iterable[str | re.Pattern[str]] = ()) -> None:
         """Fail when a log holds a message body (one of ``markers``) or an ERROR line ``allow`` does not explain
         (issue 29: no message body in any log at INFO, no ERROR line that is not an error)."""
-        found = self.scan_logs(markers, allow)
+        found = self.scan_logs(markers, allow, allow_bodies)
         if found:
             shown = "\n".join(str(f) for f in found[:30])
             raise AssertionError(f"{len(found)} log lines with a message body or an unexplained ERROR "
                                  f"(first {min(30, len(found))}):\n{shown}")
 
+
+#: ERROR lines Airflow 3.3.2 itself writes in these deployments that are not errors of the deployment (use in
+#: ``allow``): the triggerer's supervisor builds its in-process execution API on a trigger's first connection
+#: lookup; on a busy machine that takes 30-70 s, and the triggerer says its event loop "appears deadlocked" (it
+#: recovers; tests/deployment/test_event_deployment.py::test_triggerer_starts_clean is an xfail for it).
+AIRFLOW_FALSE_ALARMS = (r"TriggerRunner subprocess event loop appears deadlocked",)
 
 #: A log line at ERROR level or above, in the formats the deployment writes: structlog's console form
 #: (``[error    ]``), the task logs' JSON (``"level":"error"``), logging's and Celery's (``ERROR/MainProcess``).

@@ -22,14 +22,25 @@ import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
 from tests.deployment import test_once_deployment as once
-from tests.deployment.harness import PG_URL, Deployment, wait_for
+from tests.deployment.harness import AIRFLOW_FALSE_ALARMS, PG_URL, Deployment, wait_for
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(1200)]
 
 HERE = Path(__file__).resolve().parent
 SQLITE_DAG_ID = "deploy_once_sqlite"
 #: ERROR lines the scenarios cause on purpose, each with its cause (``check_logs``).
-ALLOWED_ERRORS: list[str] = []
+ALLOWED_ERRORS = [
+    # the killed worker's task sends no heartbeat: the scheduler fails the try (then retries it)
+    r"Detected a task instance without a heartbeat: .*'DAG Id': 'deploy_once', 'Task Id': 'handle'",
+    # ... and the Celery result of the killed try says failed while the task instance still said running
+    r"Executor CeleryExecutor\(.*\) reported that the task instance <TaskInstance: deploy_once\.handle .* finished "
+    r"with state failed, but the task instance's state attribute is running",
+    *AIRFLOW_FALSE_ALARMS,
+]
+#: Bodies an allowed ERROR line may hold: Airflow's heartbeat-timeout line prints the callback request, with the
+#: DAG run's consumed asset events and so their payloads (message bodies). Airflow's, at ERROR, only when a task
+#: misses its heartbeats; see docs/deployment.md.
+ALLOWED_BODIES = [r"Detected a task instance without a heartbeat: "]
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +88,9 @@ def celery_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment
 
 
 def test_celery_worker_sigkill_inside_handle_once(celery_once: Deployment) -> None:
-    """The Celery worker running the task is killed (SIGKILL of its process group: the worker, the task's
-    supervisor and the task process) in handle_once's second transaction, 50 committed and 9 marked uncommitted.
+    """The Celery worker running the task is killed (SIGKILL of every process of its session: the worker, its pool,
+    the task's supervisor and the task process, which runs in a process group of its own) in handle_once's second
+    transaction, 50 committed and 9 marked uncommitted.
     The scheduler fails the try once its heartbeat is older than ``task_instance_heartbeat_timeout``; the retry runs
     on the other worker, skips the 50 and handles the other 50."""
     deployment, hold = celery_once, celery_once.hold  # type: ignore[attr-defined]
@@ -95,7 +107,8 @@ def test_celery_worker_sigkill_inside_handle_once(celery_once: Deployment) -> No
                                  (once.DAG_ID,))
         assert len(hosts) == 1 and hosts[0][0] in deployment.processes, hosts
         worker = hosts[0][0]
-        deployment.kill(worker, signal.SIGKILL)
+        pids = deployment.kill_session(worker, signal.SIGKILL)  # the worker, its pool and the task process
+        assert int((hold / "worker.pid").read_text()) in pids, "the task process is not in the worker's session"
     finally:
         (hold / "hold-worker").unlink(missing_ok=True)
         (hold / "worker.pid").unlink(missing_ok=True)
@@ -140,4 +153,4 @@ def test_sqlite_triggerer_sigkill_between_event_stored_and_rows_deleted(celery_o
 def test_no_message_body_and_no_unexplained_error_in_the_logs(celery_once: Deployment) -> None:
     """Issue 29: no message body in any log (components, Celery workers, task attempts), no ERROR line that is not
     an error. Allowed: the errors the scenarios cause on purpose (the killed worker's task)."""
-    celery_once.check_logs(once.TAGS, allow=ALLOWED_ERRORS)
+    celery_once.check_logs(once.TAGS, allow=ALLOWED_ERRORS, allow_bodies=ALLOWED_BODIES)
