@@ -26,7 +26,7 @@ import pytest
 from packaging.version import Version
 
 from airflow_sqlqueue.transport import SqlQueueTransport
-from tests.deployment.harness import PG_URL, Deployment, wait_for
+from tests.deployment.harness import AIRFLOW_FALSE_ALARMS, PG_URL, Deployment, wait_for
 from tests.deployment.test_event_deployment import sqlqueue
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]
@@ -82,7 +82,15 @@ def table(rows: list[dict[str, Any]]) -> str:
 #: Every scenario's body prefix: no log may hold one (``check_logs``).
 TAGS: list[str] = []
 #: ERROR lines the scenarios cause on purpose (``check_logs``), each with its cause.
-ONCE_ALLOWED_ERRORS: list[str] = []
+ONCE_ALLOWED_ERRORS = [
+    # the scheduler SIGKILL kills its LocalExecutor's task processes (and the task-process kill its task): no more
+    # heartbeats, the scheduler fails the try (then retries it)
+    r"Detected a task instance without a heartbeat: .*'DAG Id': 'deploy_once', 'Task Id': 'handle'",
+    *AIRFLOW_FALSE_ALARMS,
+]
+#: Bodies an allowed ERROR line may hold: Airflow's heartbeat-timeout line prints the callback request, with the
+#: DAG run's consumed asset events and so their payloads (message bodies); see docs/deployment.md.
+ONCE_ALLOWED_BODIES = [r"Detected a task instance without a heartbeat: "]
 
 
 class Messages:
@@ -355,4 +363,4 @@ def test_scheduler_sigkill_mid_burst(once_deployment: Deployment) -> None:
 def test_no_message_body_and_no_unexplained_error_in_the_logs(once_deployment: Deployment) -> None:
     """Issue 29: no message body in any log (component, task and DAG-processor logs), no ERROR line that is not an
     error. Allowed: the errors the scenarios cause on purpose (a killed task process, a killed scheduler)."""
-    once_deployment.check_logs(TAGS, allow=ONCE_ALLOWED_ERRORS)
+    once_deployment.check_logs(TAGS, allow=ONCE_ALLOWED_ERRORS, allow_bodies=ONCE_ALLOWED_BODIES)
