@@ -190,7 +190,8 @@ class Deployment:
         for name, args in self.components():
             self.start_process(name, args)
         for conn_id, uri in (connections or {}).items():  # a URI, or a connection's JSON form (``{...}``)
-            self.airflow("connections", "add", conn_id, "--conn-json" if uri.startswith("{") else "--conn-uri", uri)
+            self.airflow("connections", "add", conn_id, "--conn-json" if uri.startswith("{") else "--conn-uri", uri,
+                         timeout=300)  # a CLI start beside starting components, on a busy machine
         self.wait_started()
 
     def components(self) -> list[tuple[str, list[str]]]:
