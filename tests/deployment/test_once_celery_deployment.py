@@ -145,7 +145,7 @@ def test_sqlite_triggerer_sigkill_between_event_stored_and_rows_deleted(celery_o
         (hold / "hold-triggerer").unlink(missing_ok=True)
         (hold / "stored").unlink(missing_ok=True)
     deployment.restart("triggerer")
-    wait_for("the batch emitted again after the crash", lambda: messages.stored_events() >= 2, 180,
+    wait_for("the batch emitted again after the crash", lambda: messages.stored_events() >= 2, once.RESTART_TIMEOUT,
              hint=deployment.where_logs())
     once.check_once(messages.wait_and_count())
 
