@@ -58,6 +58,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def session_pids(session: int) -> list[int]:
+    """The PIDs of the processes of a session (``/proc``; Linux)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # after "(comm)": state, ppid, pgrp, session
+            pids.append(int(stat.parent.name))
+    return pids
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5,
               hint: str = "") -> Any:
     """Poll ``check`` until it returns something truthy; a TimeoutError naming ``what`` after ``timeout`` s."""
@@ -102,6 +115,8 @@ class Deployment:
     #: extra modules put on every component's path (test-only triggers and hooks)
     pylib: Sequence[Path] = ()
     processes: dict[str, Process] = field(default_factory=dict)
+    #: the session of every process started (its PID): ``stop()`` ends what is left in them (orphaned task processes)
+    sessions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -217,6 +232,7 @@ class Deployment:
         with open(log, "ab") as out:
             process.popen = subprocess.Popen(args, env=env, cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True)
+        self.sessions.append(process.popen.pid)
         self.processes[name] = process
         return process
 
@@ -271,15 +287,7 @@ class Deployment:
         process = self.processes.pop(name)
         if process.popen is None or process.popen.poll() is not None:
             return []
-        session = process.popen.pid
-        pids = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session:  # after "(comm)": state, ppid, pgrp, session
-                pids.append(int(stat.parent.name))
+        pids = session_pids(process.popen.pid)
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -323,6 +331,12 @@ class Deployment:
                 popen.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+        for session in self.sessions:  # task processes run in process groups of their own: an orphan may be left
+            for pid in session_pids(session):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         try:
             with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
