@@ -89,8 +89,9 @@ ONCE_ALLOWED_ERRORS = [
     # the scheduler SIGKILL kills its LocalExecutor's task processes (and the task-process kill its task): no more
     # heartbeats, the scheduler fails the try (then retries it)
     r"Detected a task instance without a heartbeat: .*'DAG Id': 'deploy_once', 'Task Id': 'handle'",
-    # the task process SIGKILLed by the test: its supervisor says so in the attempt's log ...
-    r'"level":"critical","event":"Process terminated by signal\. Likely out of memory error \(OOM\)',
+    # the task process SIGKILLed by the test (critical, "Likely out of memory"), or SIGTERMed with the scheduler's
+    # process group (error): its supervisor says so in the attempt's log ...
+    r'"level":"(?:critical|error)","event":"Process terminated by signal\.',
     # ... and reports the try over while the LocalExecutor's workload (the supervisor) ended normally
     r"Executor LocalExecutor\(.*\) reported that the task instance <TaskInstance: deploy_once\.handle .* finished "
     r"with state success, but the task instance's state attribute is running",
