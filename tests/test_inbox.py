@@ -210,6 +210,43 @@ def test_events_stored_after_the_run_was_triggered_are_handled_by_it(airflow_db,
         assert done == Counter(ids[:10])
 
 
+def test_more_than_a_page_of_later_events_are_all_handled(airflow_db, db: Db, consumer_db,  # noqa: F811
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events left in no run than one page of the execution API's listing (apache/airflow#56050 with
+    max_active_runs=1): handle_once pages through every one (the listing read 20 at most before)."""
+    from airflow_sqlqueue.triggers import once
+
+    monkeypatch.setattr(once, "LATER_EVENTS_PAGE", 7)  # pages of 7 through 44 later events
+    events = _events(db, db.q("events"), 45, per_event=1)
+    ids = [m["id"] for e in events for m in e["messages"]]
+    run = _run(monkeypatch, events[:1], consumer_db, later=events[1:])
+    assert run.state == "success"
+    assert airflow_env.xcom_value(run, "handle") == {"handled": 45, "skipped": 0}
+    assert _done(db, db.q("done")) == Counter(ids)
+
+
+def test_page_events_reads_every_event_once_across_shared_timestamps() -> None:
+    """The listing is inclusive (timestamp >= after) and has no offset: pages start at the last timestamp seen;
+    events sharing it are neither skipped nor repeated, even more of them than a page holds."""
+    from types import SimpleNamespace
+
+    from airflow_sqlqueue.triggers.once import page_events
+
+    stamps = [0, 1, 1, 2] + [3] * 9 + [4, 5, 5, 6] + list(range(7, 30))
+    stored = [SimpleNamespace(id=i, timestamp=t) for i, t in enumerate(stamps)]
+    calls: list[tuple[int, int]] = []
+
+    def fetch(after: int, size: int) -> list[SimpleNamespace]:
+        calls.append((after, size))
+        return [e for e in stored if e.timestamp >= after][:size]
+
+    assert [e.id for e in page_events(fetch, 0, page_size=4)] == list(range(len(stored)))
+    assert max(size for _, size in calls) == 16  # nine events at one timestamp: the page grew to hold them
+    assert [e.id for e in page_events(fetch, 0, page_size=4, limit=10)] == list(range(10))
+    assert page_events(lambda after, size: [], 0) == []
+    assert [e.id for e in page_events(fetch, 29, page_size=1)] == [len(stored) - 1]
+
+
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres", "mssql"])
 def test_the_inbox_ddl_for_a_dba(dialect: str) -> None:
     """The statements a DBA runs instead of create_inbox() (no database needed; SQL Server's parse with sqlglot in

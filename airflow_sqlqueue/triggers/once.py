@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 
 #: Messages handled in one transaction by default.
 DEFAULT_ONCE_BATCH = 50
-#: Most asset events stored after the run was triggered that ``handle_once`` looks at, per asset (oldest first).
-LATER_EVENTS_LIMIT = 20
+#: Asset events asked for at a time when ``handle_once`` pages through those stored after the run was triggered.
+LATER_EVENTS_PAGE = 100
+#: Most such events it looks at, per asset (oldest first): a bound, far above what a run can be left behind.
+LATER_EVENTS_LIMIT = 10_000
 
 
 @dataclass
@@ -78,10 +80,46 @@ def default_consumer(context: Any) -> str:
     return f"{ti.dag_id}.{ti.task_id}"
 
 
-def later_event_messages(context: Any, queue: str | None = None,
-                         limit: int = LATER_EVENTS_LIMIT) -> list[dict[str, Any]]:
+def page_events(fetch: Callable[[Any, int], Sequence[Any]], after: Any, *, page_size: int = LATER_EVENTS_PAGE,
+                limit: int = LATER_EVENTS_LIMIT) -> list[Any]:
+    """Every event ``fetch(after, n)`` lists from ``after`` on, oldest first, each once, up to ``limit``.
+
+    ``fetch`` is the execution API's asset-event listing: events whose timestamp is ``>= after``, ascending, at
+    most ``n``. Each next page starts at the last timestamp seen (inclusive, so events sharing it are not
+    skipped; those already seen are dropped by id); a page holding only events already seen (more than a page
+    share one timestamp) is asked for again twice as large.
+    """
+    check_count(page_size, "page_size")
+    found: list[Any] = []
+    seen: set[Any] = set()
+    size = page_size
+    while len(found) < limit:
+        page = list(fetch(after, size))
+        fresh = [event for event in page if _event_key(event) not in seen]
+        for event in fresh:
+            seen.add(_event_key(event))
+        found.extend(fresh)
+        if len(page) < size:
+            break  # the last page
+        if fresh:
+            after, size = getattr(page[-1], "timestamp", None), page_size
+            if after is None:  # pragma: no cover - an event without a timestamp: no way to page on
+                break
+        else:
+            size *= 2  # a full page of one timestamp, all seen: ask for more of it at once
+    return found[:limit]
+
+
+def _event_key(event: Any) -> Any:
+    key = getattr(event, "id", None)
+    return key if key is not None else id(event)
+
+
+def later_event_messages(context: Any, queue: str | None = None, limit: int | None = None,
+                         page_size: int | None = None) -> list[dict[str, Any]]:
     """The messages of the asset events stored after this run was triggered (after its ``run_after``), for the
-    assets whose ``SqlQueueMessageTrigger`` events triggered it: up to ``limit`` events per asset, oldest first.
+    assets whose ``SqlQueueMessageTrigger`` events triggered it: every such event (up to ``limit`` per asset),
+    oldest first, read ``page_size`` at a time (defaults: ``LATER_EVENTS_LIMIT``, ``LATER_EVENTS_PAGE``).
 
     On Airflow 3.3 a DAG that cannot start a run at once (``max_active_runs`` reached) queues one row per asset
     and, when it can, creates a run with the events stored up to that row's time only: events stored after it,
@@ -105,11 +143,14 @@ def later_event_messages(context: Any, queue: str | None = None,
     except ImportError:  # pragma: no cover - an Airflow without the accessor: the run's own events only
         log.warning("handle_once: this Airflow cannot list later asset events; handling the run's own events only")
         return []
+    limit = LATER_EVENTS_LIMIT if limit is None else limit
+    page_size = LATER_EVENTS_PAGE if page_size is None else page_size
     later: list[Any] = []
     for name, uri in assets:
-        accessor = InletEventsAccessor(asset_name=name, asset_uri=uri).after(run_after).ascending(True).limit(limit)
+        def fetch(after: Any, size: int, name: str = name, uri: str = uri) -> list[Any]:
+            return list(InletEventsAccessor(asset_name=name, asset_uri=uri).after(after).ascending(True).limit(size))
         try:
-            later.extend(accessor)
+            later.extend(page_events(fetch, run_after, page_size=page_size, limit=limit))
         except Exception as exc:  # the run's own messages are still handled; a later run looks again
             log.warning("handle_once: cannot list the asset events of %r stored after this run was triggered "
                         "(%s); handling the run's own events only", name, type(exc).__name__)
