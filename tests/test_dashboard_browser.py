@@ -147,7 +147,7 @@ def api_server(home: Path, queues_path: Path, config: dict[str, Any], extra_env:
     ENV.update(env)
     log = open(home / "api-server.log", "wb")  # noqa: SIM115 - closed below
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=log, stderr=log,
-                   timeout=120)
+                   timeout=600)  # minutes on a loaded shared 2-core machine
     subprocess.run([str(BIN / "airflow"), "dags", "reserialize"], env=env, check=True, stdout=log, stderr=log,
                    timeout=300)
     process = subprocess.Popen([str(BIN / "airflow"), "api-server", "--port", str(port), "--host", "127.0.0.1"],
