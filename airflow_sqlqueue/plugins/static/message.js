@@ -99,9 +99,9 @@
     download.hidden = !m.body_truncated && !m.body_binary;
     download.href = `api/${path(`failed/message/body?${new URLSearchParams({ id: m.id, seq: String(m.seq) })}`)}`;
     download.setAttribute("download", `message-${m.seq}.bin`);
-    loadConversation(m);
     // actions: each shown only to a user with its own permission (GET .../permissions), never one that can only 403
     showActions(m);
+    loadConversation(m);
   }
 
   async function showActions(m) {
