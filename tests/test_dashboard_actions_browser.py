@@ -52,7 +52,7 @@ def buttons_shown(browser: Browser, server: str, username: str) -> dict[str, Any
     wait_for("the user's actions", lambda: browser.js(frame(
         "Object.keys(doc.defaultView.eval('state.allowed')).length > 0")), timeout=30)
     shown = browser.js(frame("Object.fromEntries(['retry', 'delete', 'batch-start'].map(id => "
-                             "[id, !doc.getElementById(id).hidden])"))
+                             "[id, !doc.getElementById(id).hidden]))"))
     browser.js(frame("doc.querySelector('tr.message details').open = true"))
     wait_for("the details row", lambda: browser.js(frame(
         "doc.querySelectorAll('tr.message-detail:not([hidden])').length")) > 0, timeout=30)
