@@ -28,7 +28,7 @@ from tests.conftest import PG_URL, Db, make_db
 
 SQLQUEUE = Path(sys.executable).parent / "sqlqueue"
 SUBCOMMANDS = ["create", "ddl", "send", "receive", "peek", "list", "purge-expired", "check", "retry-errors", "demo",
-               "archive-failed", "archives", "error-groups"]
+               "archive-failed", "archives", "error-groups", "redirects"]
 
 
 @dataclass

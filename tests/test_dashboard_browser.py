@@ -116,12 +116,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, queues_file: tuple[Path, di
     yield from api_server(home, queues_file[0], {"connections": {"sqlqueue_default": {"thresholds": {"max_depth": 2}}}})
 
 
-def api_server(home: Path, queues_path: Path, config: dict[str, Any]) -> Iterator[str]:
+def api_server(home: Path, queues_path: Path, config: dict[str, Any], extra_env: dict[str, str] | None = None,
+               users: dict[str, str] | None = None) -> Iterator[str]:
     """Run ``airflow api-server`` in ``home`` on the SQLite queue database ``queues_path`` with the maintenance
-    configuration ``config``; yield its base URL (the server is stopped afterwards)."""
+    configuration ``config``; yield its base URL (the server is stopped afterwards). ``users``: more Simple auth
+    manager users (name: role), each with the password ``PASSWORD``; ``extra_env`` last."""
     port = free_port()
     base = f"http://127.0.0.1:{port}{BASE_PATH}"
-    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD} | dict.fromkeys(users or {}, PASSWORD)))
     (home / "sqlqueue.json").write_text(json.dumps(config))
     env = {**os.environ, "AIRFLOW_HOME": str(home), "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
@@ -136,12 +138,16 @@ def api_server(home: Path, queues_path: Path, config: dict[str, Any]) -> Iterato
         env.pop(key, None)
     env["PYTHONPATH"] = str(PROJECT_DAGS.parent)  # the checkout under test, whatever the editable install points at
     env["AIRFLOW__SQLQUEUE__DASHBOARD_EDIT_RETRY"] = "True"
+    if users:
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(
+            ["admin:admin", *(f"{name}:{role}" for name, role in users.items())])
+    env.update(extra_env or {})
     (home / "dags").mkdir()
     shutil.copy(PROJECT_DAGS / "error_queue_batch_retry.py", home / "dags")  # the DAG the page starts
     ENV.update(env)
     log = open(home / "api-server.log", "wb")  # noqa: SIM115 - closed below
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=log, stderr=log,
-                   timeout=120)
+                   timeout=600)  # minutes on a loaded shared 2-core machine
     subprocess.run([str(BIN / "airflow"), "dags", "reserialize"], env=env, check=True, stdout=log, stderr=log,
                    timeout=300)
     process = subprocess.Popen([str(BIN / "airflow"), "api-server", "--port", str(port), "--host", "127.0.0.1"],
@@ -158,10 +164,10 @@ def api_server(home: Path, queues_path: Path, config: dict[str, Any]) -> Iterato
         log.close()
 
 
-def login(base: str) -> str:
+def login(base: str, username: str = "admin") -> str:
     """A JWT from Airflow's login endpoint (what the login form gets)."""
     request = urllib.request.Request(f"{base}/auth/token", method="POST", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"username": "admin", "password": PASSWORD}).encode())
+                                     data=json.dumps({"username": username, "password": PASSWORD}).encode())
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())["access_token"]
 
@@ -248,10 +254,10 @@ CONTRAST = """((node) => {
 TIME = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$"
 
 
-def open_page(browser: Browser, server: str, theme: str) -> dict[str, tuple[str, bool, str]]:
-    """Log in, open the page in the Airflow UI in ``theme``; the queue table as shown."""
+def open_page(browser: Browser, server: str, theme: str, username: str = "admin") -> dict[str, tuple[str, bool, str]]:
+    """Log in (as ``username``), open the page in the Airflow UI in ``theme``; the queue table as shown."""
     browser.send("Network.enable")
-    browser.send("Network.setCookie", name="_token", value=login(server), url=server, path="/")
+    browser.send("Network.setCookie", name="_token", value=login(server, username), url=server, path="/")
     browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False)
     browser.send("Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": theme}])
     browser.send("Page.navigate", url=f"{server}/plugin/sql-queues")

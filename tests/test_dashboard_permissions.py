@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_sqlqueue.plugins.permissions import RULES, Action, Requirement
-from tests.test_dashboard_api import CONN_ID, PREFIX, app, as_user, client  # noqa: F401  (fixtures)
+from tests.test_dashboard_api import CONN_ID, PREFIX, app, as_user, client, variable  # noqa: F401  (fixtures)
 
 SAMPLE_PARAMS = {"conn_id": CONN_ID, "name": "dashboard.js", "archive_id": "a1"}
 
@@ -132,3 +132,34 @@ def test_the_simple_auth_managers_default_roles_get_what_the_docs_say(
     for method, path, requirement in ROUTES:
         status = call(client, method, path, as_user(role)).status_code
         assert (status != 403) == (requirement.action in expected), (role, method, path, status)
+
+
+@pytest.mark.parametrize("action", [a for a in Action if a is not Action.VIEW], ids=lambda a: a.value)
+def test_the_permissions_route_tells_the_page_each_action_on_its_own(
+        client: Any, policy: Policy, variable: Any, action: Action) -> None:  # noqa: F811
+    """What the page shows buttons by: lacking one action's permission turns off that action alone."""
+    variable({"connections": {CONN_ID: {}}})
+    rule = RULES[action]
+    url = f"{PREFIX}/api/connections/{CONN_ID}/permissions"
+    for lacking in ({"views": {(rule.resource, rule.method)}}, {"connection": {rule.connection_method}}):
+        policy.views, policy.connection = lacking.get("views", set()), lacking.get("connection", set())
+        got = client.get(url, headers=as_user("admin"))
+        assert got.status_code == 200, got.text
+        expected = {a.value: a is not action for a in Action}
+        if "connection" in lacking:  # the connection method is shared: every action asking for it is off
+            expected = {a.value: RULES[a].connection_method != rule.connection_method for a in Action}
+        assert got.json()["actions"] == expected, lacking
+
+
+def test_a_user_who_may_retry_but_not_delete_is_told_so_and_refused_only_delete(
+        client: Any, policy: Policy, variable: Any) -> None:  # noqa: F811
+    """The defect of issue 31's page: delete buttons shown by the retry permission. Without DELETE on the
+    connection the page is told ``delete: false`` (no button), and the delete route answers 403, retry not."""
+    variable({"connections": {CONN_ID: {}}})
+    policy.connection = {"DELETE"}
+    actions = client.get(f"{PREFIX}/api/connections/{CONN_ID}/permissions", headers=as_user("admin")).json()["actions"]
+    assert actions["retry"] is True and actions["delete"] is False
+    base = f"{PREFIX}/api/connections/{CONN_ID}/failed"
+    body = {"messages": [{"seq": 1, "id": "00000000-0000-0000-0000-000000000000"}]}
+    assert client.post(f"{base}/delete", json=body, headers=as_user("admin")).status_code == 403
+    assert client.post(f"{base}/retry", json=body, headers=as_user("admin")).status_code != 403

@@ -20,7 +20,7 @@ from airflow_sqlqueue.transport.common.printable import printable
 from airflow_sqlqueue.transport.errorqueue.groups import FailureGroups, failure_of
 from airflow_sqlqueue.transport.wire import headers as h
 
-from . import archive
+from . import archive, redirects
 from .connection import open_transport
 from .errors import FINDINGS, OK, UsageError
 from .output import age_text, emit_json, json_line, message_json, message_line, progress, table, write_line_now
@@ -402,4 +402,5 @@ COMMANDS = {
     "error-groups": error_groups,
     "archive-failed": archive.archive_failed_command,
     "archives": archive.archives_command,
+    "redirects": redirects.redirects_command,
 }

@@ -10,7 +10,7 @@ from typing import NoReturn
 from airflow_sqlqueue.transport.common.redaction import redact_arguments
 from airflow_sqlqueue.transport.dialects import DIALECT_NAMES
 
-from . import archive
+from . import archive, redirects
 
 MODES = ("receive-only", "sends-atomic-with-receive", "none")
 
@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clear the error queue's groups and count every row again (a pass over the queue)")
 
     archive.add_arguments(command)
+    redirects.add_arguments(command)
 
     p = command("subscribe", "subscribe a queue to events (topics: .NET full type names) in the subscription "
                 "table .NET endpoints share",

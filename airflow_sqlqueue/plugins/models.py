@@ -4,9 +4,12 @@ checked against the document (tests/test_dashboard_openapi.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields as dataclass_fields
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
+
+from airflow_sqlqueue.transport.errorqueue.previews import FailedPreview
 
 
 class Answer(BaseModel):
@@ -105,24 +108,14 @@ class Groups(Answer):
     summary: GroupSummary | None = None
 
 
-class FailedMessage(Answer):
-    id: str
-    seq: int
-    failed_q: str | None
-    exception_type: str | None
-    message_type: str | None
-    time_of_failure: str | None
-    exception_message: str | None
-    stack_trace: str | None
-    headers: dict[str, str | None] | None
-    headers_preview: str
-    headers_length: int
-    headers_truncated: bool
-    body_preview: str
-    body_binary: bool
-    body_length: int
-    body_truncated: bool
-    bad: list[str]
+def preview_fields(*, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of :class:`FailedPreview` (what a page's row is made of), in its order, each required."""
+    hints = get_type_hints(FailedPreview)
+    return {f.name: (hints[f.name], ...) for f in dataclass_fields(FailedPreview) if f.name not in leave_out}
+
+
+#: One failed message of a page: exactly the fields of ``FailedPreview`` (its ``as_dict()``).
+FailedMessage = create_model("FailedMessage", __base__=Answer, __module__=__name__, **preview_fields())
 
 
 class FailedPage(Answer):
@@ -280,27 +273,19 @@ class ConversationMessage(Answer):
     time_of_failure: str | None
 
 
-class MessageDetail(Answer):
+class MessageHead(Answer):
+    """Where a message page's answer starts: the connection, and what the user may do there."""
+
     conn_id: str
     error_queue: str
     can_edit: bool
     edit_retry: bool
     failure_headers: list[str]
-    id: str
-    seq: int
-    failed_q: str | None
-    exception_type: str | None
-    message_type: str | None
-    time_of_failure: str | None
-    exception_message: str | None
-    stack_trace: str | None
-    headers: dict[str, str | None] | None
-    headers_preview: str
-    headers_length: int
-    headers_truncated: bool
-    body_binary: bool
-    body_length: int
-    body_truncated: bool
+
+
+class MessageFacts(Answer):
+    """What a message page adds to the page row's fields (its body as laid out, the failure's context)."""
+
     body_shown_bytes: int
     body_kind: str
     body_text: str
@@ -312,6 +297,16 @@ class MessageDetail(Answer):
     processing_machine: str | None
     bad: list[str]
     history: list[HistoryEntry]
+
+
+def _fields_of(model: type[BaseModel]) -> dict[str, Any]:
+    return {name: (info.annotation, ...) for name, info in model.model_fields.items()}
+
+
+#: One failed message's page: the head, the page row's fields but the body preview (the whole body is laid out
+#: instead), then the page's own facts; ``bad`` stays last but one, as before.
+MessageDetail = create_model("MessageDetail", __base__=Answer, __module__=__name__, **_fields_of(MessageHead),
+                             **preview_fields(leave_out=("body_preview", "bad")), **_fields_of(MessageFacts))
 
 
 class Conversation(Answer):

@@ -66,6 +66,37 @@ RULES: dict[Action, Rule] = {
 }
 
 
+#: The FAB auth manager's action for each method (``get_fab_action_from_method_map`` of
+#: apache-airflow-providers-fab; tests/test_dashboard_permissions_fab.py checks it against the installed one).
+FAB_ACTIONS = {"GET": "can_read", "POST": "can_create", "PUT": "can_edit", "DELETE": "can_delete"}
+#: FAB's resource for every connection check (FAB does not tell connections apart).
+FAB_CONNECTIONS = "Connections"
+#: What FAB asks for a batched retry (``is_authorized_dag(POST, RUN, that DAG)``): create runs **and** edit the DAG,
+#: either for every DAG or for this one (``DAG Run:<dag_id>``, ``DAG:<dag_id>``); each pair is enough.
+FAB_BATCH_RETRY = ((("can_create", "DAG Runs"), ("can_edit", "DAGs")),
+                   (("can_create", f"DAG Run:{BATCH_RETRY_DAG}"), ("can_edit", f"DAG:{BATCH_RETRY_DAG}")))
+
+
+def fab_permissions(action: Action) -> list[tuple[str, str]]:
+    """The FAB permissions (action name, resource name) a role needs for ``action``, view included (a batched
+    retry also needs one pair of :data:`FAB_BATCH_RETRY`)."""
+    needed = {(FAB_ACTIONS[rule.method], rule.resource) for rule in (RULES[Action.VIEW], RULES[action])}
+    if RULES[action].connection_method is not None:
+        needed.add((FAB_ACTIONS[RULES[action].connection_method], FAB_CONNECTIONS))
+    return sorted(needed)
+
+
+def create_fab_permissions(security_manager: Any) -> list[tuple[str, str]]:
+    """Create the page's custom-view permissions in FAB's tables (FAB makes no resource for a plugin's view, so
+    they cannot be granted, nor does Admin get them, until they exist); return them. Idempotent.
+
+    ``security_manager`` is FAB's (``appbuilder.sm``); see docs/dashboard.md, "Who may do what"."""
+    made = sorted({(FAB_ACTIONS[rule.method], rule.resource) for rule in RULES.values()})
+    for action_name, resource_name in made:
+        security_manager.create_permission(action_name, resource_name)
+    return made
+
+
 def may(user: BaseUser, action: Action, conn_id: str | None = None) -> bool:
     """Whether ``user`` may take ``action`` (on the database of ``conn_id``, for actions that change one)."""
     from airflow.api_fastapi.app import get_auth_manager

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 
@@ -27,7 +28,7 @@ from airflow_sqlqueue.dashboard.queues import canonical
 from airflow_sqlqueue.maintenance.config import retry_targets
 from airflow_sqlqueue.transport.errorqueue.redirects import (
     MAX_NAME,
-    RedirectExistsError,
+    Redirect,
     RedirectNotFoundError,
     RedirectRefusedError,
 )
@@ -104,49 +105,51 @@ def redirects_router(guard: Callable[[str, Callable[[], Any]], Any],
 
         return guard(conn_id, work)
 
-    @router.post("/api/connections/{conn_id}/redirects", response_model=RedirectChanged, responses=problems)
-    def create_redirect(conn_id: str, request: RedirectIn, user: RedirectorDep) -> dict[str, Any]:
+    def change(conn_id: str, user: BaseUser, event: str, refusals: dict[type[Exception], int],
+               act: Callable[[Any, Any], tuple[str, Redirect]]) -> dict[str, Any]:
+        """A redirect changed by ``act(conn, transport)`` (its error queue and the redirect), on the page's error
+        mapping: a refusal of ``refusals`` answers its status with the reason (nothing changed), else audited as
+        ``event`` with the user."""
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                error_queue, targets = retry_targets(conn, transport)
                 try:
-                    wanted = transport.address(request.target)
-                except ValueError as exc:
-                    raise HTTPException(status.HTTP_400_BAD_REQUEST, f"target: {exc}") from None
-                if not any(transport.dialect.same_queue(wanted, transport.address(q)) for q in targets):
-                    raise HTTPException(status.HTTP_409_CONFLICT, (
-                        f"target {canonical(transport, request.target)!r} is not a queue a retry may write to on "
-                        f"connection {conn_id!r} (allowed: {', '.join(canonical(transport, q) for q in targets)})"))
-                try:
-                    made = transport.errors(error_queue).retry_redirects.create(
-                        request.source, request.target, created_by=user.get_name())
-                except RedirectExistsError as exc:
-                    raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-                except RedirectRefusedError as exc:
-                    raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-            audit_log.audit("sqlqueue.redirect_created", user.get_name(), {
-                "conn_id": conn_id, "error_queue": error_queue, "source": made.source, "target": made.target})
-            return {"conn_id": conn_id, "redirect": made.as_dict()}
+                    error_queue, redirect = act(conn, transport)
+                except tuple(refusals) as exc:
+                    code = next(c for kind, c in refusals.items() if isinstance(exc, kind))
+                    raise HTTPException(code, str(exc)) from None
+            audit_log.audit(event, user.get_name(), {
+                "conn_id": conn_id, "error_queue": error_queue, "source": redirect.source, "target": redirect.target})
+            return {"conn_id": conn_id, "redirect": redirect.as_dict()}
 
         return guard(conn_id, work)
+
+    @router.post("/api/connections/{conn_id}/redirects", response_model=RedirectChanged, responses=problems)
+    def create_redirect(conn_id: str, request: RedirectIn, user: RedirectorDep) -> dict[str, Any]:
+        def act(conn: Any, transport: Any) -> tuple[str, Redirect]:
+            error_queue, targets = retry_targets(conn, transport)
+            try:
+                wanted = transport.address(request.target)
+            except ValueError as exc:
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, f"target: {exc}") from None
+            if not any(transport.dialect.same_queue(wanted, transport.address(q)) for q in targets):
+                raise HTTPException(status.HTTP_409_CONFLICT, (
+                    f"target {canonical(transport, request.target)!r} is not a queue a retry may write to on "
+                    f"connection {conn_id!r} (allowed: {', '.join(canonical(transport, q) for q in targets)})"))
+            return error_queue, transport.errors(error_queue).retry_redirects.create(
+                request.source, request.target, created_by=user.get_name())
+
+        # RedirectExistsError is a RedirectRefusedError: both 409
+        return change(conn_id, user, "sqlqueue.redirect_created", {RedirectRefusedError: status.HTTP_409_CONFLICT},
+                      act)
 
     @router.post("/api/connections/{conn_id}/redirects/remove", response_model=RedirectChanged, responses=problems)
     def remove_redirect(conn_id: str, request: SourceIn, user: RedirectorDep) -> dict[str, Any]:
-        def work() -> dict[str, Any]:
-            conn = sources.configured_connection(sources.dashboard_config(), conn_id)
-            with sources.open_transport(conn_id, conn.error_queue) as transport:
-                error_queue = transport.name(conn.error_queue)
-                try:
-                    gone = transport.errors(error_queue).retry_redirects.remove(request.source)
-                except RedirectNotFoundError as exc:
-                    raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-                except RedirectRefusedError as exc:
-                    raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-            audit_log.audit("sqlqueue.redirect_removed", user.get_name(), {
-                "conn_id": conn_id, "error_queue": error_queue, "source": gone.source, "target": gone.target})
-            return {"conn_id": conn_id, "redirect": gone.as_dict()}
+        def act(conn: Any, transport: Any) -> tuple[str, Redirect]:
+            error_queue = transport.name(conn.error_queue)
+            return error_queue, transport.errors(error_queue).retry_redirects.remove(request.source)
 
-        return guard(conn_id, work)
+        return change(conn_id, user, "sqlqueue.redirect_removed", {
+            RedirectNotFoundError: status.HTTP_404_NOT_FOUND, RedirectRefusedError: status.HTTP_400_BAD_REQUEST}, act)
 
     return router

@@ -6,7 +6,8 @@
 // Shared with the message page (common.js, loaded first): the theme, DOM building with text only, API calls.
 const { BASE, el, api, formatTime, copyText } = window.SQ;
 const PAGE_SIZE = 50;
-const state = { conn: null, canEdit: false, selected: new Map(), groupBy: "exception_type", filter: {},
+// allowed: the actions the user may take on the connection (GET .../permissions); a button shows only with its own
+const state = { conn: null, canEdit: false, allowed: {}, selected: new Map(), groupBy: "exception_type", filter: {},
   search: "", cursors: [0], page: 0, next: null, editRetry: false, messages: new Map(), runsTimer: null,
   retryQueues: [], failureHeaders: [] };
 
@@ -180,12 +181,27 @@ async function showHistory(connId, queue, thresholds) {
 }
 
 // -- error-queue browser ----------------------------------------------------------------------------------------
+// Each action's button shows only to a user with that action's permission (retry, delete, ...): never a button
+// whose click can only answer 403.
+async function loadAllowed() {
+  const connId = state.conn;
+  try {
+    const data = await api(`connections/${encodeURIComponent(connId)}/permissions`);
+    if (state.conn === connId) state.allowed = data.actions;
+  } catch (e) {
+    state.allowed = {};
+    setStatus(e.message, true);
+  }
+  updateButtons();
+}
+
 function updateButtons() {
   const none = state.selected.size === 0;
   for (const id of ["retry", "delete"]) {
     const button = document.getElementById(id);
-    button.disabled = none || !state.canEdit;
-    button.title = state.canEdit ? (none ? "select messages first" : "") : "needs edit permission on this connection";
+    button.hidden = !state.allowed[id];
+    button.disabled = none;
+    button.title = none ? "select messages first" : "";
   }
   document.getElementById("selection-count").textContent = none ? "" : `${state.selected.size} selected`;
   document.getElementById("scope-count").textContent = String(state.selected.size);
@@ -193,8 +209,8 @@ function updateButtons() {
   selection.disabled = none;
   if (none && selection.checked) document.querySelector("#batch-form input[value=group]").checked = true;
   const start = document.getElementById("batch-start");
-  start.disabled = !state.canEdit;
-  start.title = state.canEdit ? "" : "needs edit permission on this connection";
+  start.hidden = !state.allowed.retry;
+  start.disabled = !state.allowed.retry;
   const boxes = [...document.querySelectorAll("#messages tbody input[type=checkbox]")];
   const all = document.getElementById("select-page");
   all.checked = boxes.length > 0 && boxes.every((b) => b.checked);
@@ -236,7 +252,7 @@ function headersView(message) {
 
 function detailView(message) {
   const headers = message.headers || {};
-  const edit = state.editRetry && state.canEdit ? el("button", { type: "button", class: "btn edit-retry",
+  const edit = state.editRetry && state.allowed.edit_retry ? el("button", { type: "button", class: "btn edit-retry",
     onclick: () => openEditor(message) }, "Edit and retry") : null;
   const conversation = headers["NServiceBus.ConversationId"];
   const same = conversation ? el("button", { type: "button", class: "btn ghost same-conversation",
@@ -392,11 +408,13 @@ async function showErrors(connId) {
     state.search = "";
     document.getElementById("search").value = "";
   }
+  if (state.conn !== connId) state.allowed = {};  // nothing to act with until the server says what the user may do
   state.conn = connId;
   openPanel("errors", `Failed messages of ${connId}`);
   document.getElementById("action-result").textContent = "";
   document.getElementById("batch-result").textContent = "";
   document.getElementById("redirects").replaceChildren();
+  await loadAllowed();  // before the list: its rows' buttons (edit and retry) follow it
   await Promise.all([restart(), loadRuns()]);
 }
 
@@ -572,7 +590,7 @@ function runRow(run) {
     ? el("progress", { max: String(Math.max(run.to_do, 1)), value: String(done),
       "aria-label": `${done} of ${run.to_do} looked at` }) : el("span", {}, "-");
   const returned = Object.entries(run.returned).map(([q, n]) => `${n} to ${q}`).join(", ") || "0";
-  const cancel = !FINISHED.has(run.state) && state.canEdit ? el("button", { type: "button", class: "btn danger cancel-run",
+  const cancel = !FINISHED.has(run.state) && state.allowed.retry ? el("button", { type: "button", class: "btn danger cancel-run",
     "aria-label": `cancel ${run.run_id}`, onclick: () => cancelRun(run.run_id) }, "Cancel") : null;
   const left = run.left_count ? el("details", { class: "more" }, el("summary", {}, String(run.left_count)),
     el("ul", { class: "left-reasons" }, ...run.left.map((x) => el("li", {}, `${x.id}: ${x.reason}`)))) : "0";
@@ -612,7 +630,7 @@ async function loadRuns() {
 
 document.getElementById("refresh").addEventListener("click", () => {
   loadOverview();
-  if (state.conn) { loadGroups().then(loadPage); loadRuns(); }
+  if (state.conn) { loadAllowed().then(() => loadGroups()).then(loadPage); loadRuns(); }
 });
 document.getElementById("panel-close").addEventListener("click", closePanel);
 document.getElementById("editor-form").addEventListener("submit", sendEdit);

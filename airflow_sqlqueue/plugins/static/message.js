@@ -99,11 +99,17 @@
     download.hidden = !m.body_truncated && !m.body_binary;
     download.href = `api/${path(`failed/message/body?${new URLSearchParams({ id: m.id, seq: String(m.seq) })}`)}`;
     download.setAttribute("download", `message-${m.seq}.bin`);
+    // actions: each shown only to a user with its own permission (GET .../permissions), never one that can only 403
+    showActions(m);
     loadConversation(m);
-    // actions
-    const why = m.can_edit ? "" : "needs edit permission on this connection";
-    for (const id of ["m-retry", "m-delete", "m-archive"]) { $(id).disabled = !m.can_edit; $(id).title = why; }
-    $("m-edit").hidden = !(m.edit_retry && m.can_edit);
+  }
+
+  async function showActions(m) {
+    let allowed = {};
+    try { allowed = (await api(path("permissions"))).actions; } catch (e) { allowed = {}; }
+    const actions = { "m-retry": allowed.retry, "m-delete": allowed.delete, "m-archive": allowed.archive };
+    for (const [id, may] of Object.entries(actions)) { $(id).hidden = !may; $(id).disabled = !may; }
+    $("m-edit").hidden = !(m.edit_retry && allowed.edit_retry);
   }
 
   // the same conversation: a search of the error queue's headers, loaded after the message (it can take a while)

@@ -135,6 +135,9 @@ class RetryRedirects:
             raise RedirectRefusedError(f"a queue cannot be redirected to itself ({origin.name!r})")
         made = Redirect(canonical_name(self.dialect, origin.address), canonical_name(self.dialect, destination.address),
                         (created_by or None) and created_by[:MAX_USER])
+        if not self.session.run(lambda cur: self.book.exists(cur, destination), what="retry redirect destination",
+                                read_only=True):  # refused before the table is made: a refusal changes nothing
+            raise RedirectRefusedError(f"destination queue {made.target!r} does not exist: create it first")
         self._create_table()
 
         def work(cur: Any) -> Redirect:
