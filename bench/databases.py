@@ -116,11 +116,18 @@ class BenchDb:
         if self.dialect == "sqlite":
             cursor.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
-    def sql(self, statement: str, name: str) -> str:
-        """A bench statement on queue ``name``, in the driver's parameter style."""
+    def table(self, name: str) -> str:
+        """The quoted table of bench queue ``name``."""
+        return quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
+
+    def sql(self, statement: str, name: str, **tables: str) -> str:
+        """A bench statement on queue ``name`` (and on the queues ``tables`` name for its other ``{key}``
+        placeholders), in the driver's parameter style."""
         text = _statements(self.dialect)[statement]
-        table = quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
-        sql, _ = text.convert(text.text.replace("{queue}", table), "named" if self.dialect == "sqlite" else "pyformat")
+        raw = text.text.replace("{queue}", self.table(name))
+        for key, other in tables.items():
+            raw = raw.replace("{" + key + "}", self.table(other))
+        sql, _ = text.convert(raw, "named" if self.dialect == "sqlite" else "pyformat")
         return sql
 
     def seqs(self, keys: list[int]) -> Any:
@@ -128,14 +135,16 @@ class BenchDb:
         Python list costs the driver about 1 µs an element to adapt) or a JSON array (SQLite)."""
         return "{" + ",".join(map(str, keys)) + "}" if self.dialect == "postgres" else json.dumps(keys)
 
-    def execute(self, statement: str, name: str, params: dict[str, Any] | None = None) -> list[tuple]:
-        """Run one bench statement in its own transaction (setup work, not timed); return its rows."""
+    def execute(self, statement: str, name: str, params: dict[str, Any] | None = None,
+                **tables: str) -> list[tuple]:
+        """Run one bench statement in its own transaction (setup work, not timed); return its rows. ``tables``:
+        the other queues the statement names (``{key}`` placeholders)."""
         conn = self.connect()  # SQLite: autocommit (isolation_level None); PostgreSQL: commit below
         try:
             if self.dialect == "postgres":
                 conn.autocommit = statement == "vacuum"  # VACUUM cannot run in a transaction
             cur = conn.cursor()
-            cur.execute(self.sql(statement, name), params or {})
+            cur.execute(self.sql(statement, name, **tables), params or {})
             rows = cur.fetchall() if cur.description else []
             if self.dialect == "postgres" and not conn.autocommit:
                 conn.commit()

@@ -2,8 +2,9 @@
 
 On a shared machine whose load swings within minutes, two 1,000,000-message drains minutes apart compare the load,
 not the code. Here ``--messages`` are split into ``--rounds`` pairs of queues (filled and checkpointed first, off
-the clock, the same rows for both); round i drains hand queue i and provider queue i back to back (who goes first
-turns around every round), each to its own folder. Reports each round's throughput ratio and the median, and the
+the clock: one round's messages generated once and copied into every queue, the same rows for both); round i
+drains hand queue i and provider queue i back to back (who goes first turns around every round), each to its own
+folder. Reports each round's throughput ratio and the median, and the
 totals (both drained ``--messages``).
 
     SQLQUEUE_BENCH_PG_URL=postgresql://... python -m bench.drain_rounds --messages 1000000 --rounds 10 \\
@@ -66,12 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     db = BenchDb.open("postgres", args.pg_url)
     samples: list[dict[str, Any]] = []
     try:
+        db.reset("template")  # one round's messages generated once, copied into every queue
+        db.execute("fill_typed", "template", {"count": per_round, "types": list(TYPES), "endpoints": list(ENDPOINTS)})
         for i in range(args.rounds):
             for kind in ("hand", "provider"):
                 db.reset(f"{kind}_{i}")
-                db.execute("fill_typed", f"{kind}_{i}", {"count": per_round, "types": list(TYPES),
-                                                          "endpoints": list(ENDPOINTS)})
+                db.execute("copy_typed", f"{kind}_{i}", template="template")
                 db.vacuum(f"{kind}_{i}")
+        db.execute("drop_queue", "template")
         for kind, drain in (("hand", hand_drain), ("provider", provider_drain)):  # first-use costs, off the clock
             db.reset(f"warm_{kind}")
             db.execute("fill_typed", f"warm_{kind}", {"count": 2000, "types": list(TYPES),

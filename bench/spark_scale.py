@@ -105,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True, help="scratch folder (deleted afterwards)")
     parser.add_argument("--out", type=Path, help="append the result as one JSON line to this file")
     parser.add_argument("--inputs", type=Path, help="drained Parquet files to use (no fill, no drain; kept)")
+    parser.add_argument("--keep-batches", type=Path,
+                        help="drain into this folder and keep it afterwards (for a later --inputs run)")
     args = parser.parse_args(argv)
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
-    batches = args.inputs or args.work / "batches"
+    batches = args.inputs or args.keep_batches or args.work / "batches"
     shutil.rmtree(args.work, ignore_errors=True)
     db = None if args.inputs else BenchDb.open("postgres", args.pg_url)
     record: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -119,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             fill_and_drain(db, args, batches, record)
         files = list(batches.glob("*.parquet"))
         record["files"], record["parquet_bytes"] = len(files), sum(p.stat().st_size for p in files)
+        from airflow_sqlqueue.spark.settings import input_size, run_conf
+
+        size = input_size([str(batches)])
+        record["derived_conf_local"] = run_conf(size, os.cpu_count() or 1, dataset=False)
+        record["derived_conf_standalone"] = run_conf(size, 2, dataset=False)  # 2 workers of 1 core
+        print(json.dumps(record), flush=True)
         for master in masters:
             results = args.work / f"results-{master}"
             if master == "local":

@@ -82,3 +82,17 @@ def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert all(f"{setup:<24} round 1" in out for setup in SETUPS), out
     assert "wake-up after a plain INSERT's commit, 3 trials" in out
+
+
+@pytest.mark.heavy  # ~30 s on a busy 2-core machine (checkpoints, vacuums)
+@pytest.mark.skipif(_PG_SKIP is not None, reason=str(_PG_SKIP))
+def test_drain_rounds_drain_every_copied_message(tmp_path: Path) -> None:
+    """``python -m bench.drain_rounds`` with tiny sizes: every queue is a copy of one generated round (``copy_typed``)
+    and both drains write every message of every round to Parquet (the harness raises otherwise)."""
+    from bench.drain_rounds import main as rounds_main
+
+    assert rounds_main(["--messages", "600", "--rounds", "2", "--batch-size", "100", "--pg-url", PG_URL,
+                        "--work", str(tmp_path / "work"), "--out", str(tmp_path)]) == 0
+    samples = json.loads((tmp_path / "drain_rounds.json").read_text())["samples"]
+    assert sorted((s["round"], s["kind"]) for s in samples) == [(0, "hand"), (0, "provider"), (1, "hand"),
+                                                                (1, "provider")]

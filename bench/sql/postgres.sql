@@ -74,6 +74,12 @@ SELECT gen_random_uuid(),
                                     'Total', (g %% 100000) / 100.0, 'Currency', 'EUR')::text, 'UTF8')
 FROM generate_series(1, %(count)s::integer) AS g
 
+-- copy_typed --
+-- The rows of the template queue {template} (filled once by fill_typed) into {queue}, in their order: a fresh queue
+-- of the same messages for each contestant, without generating the JSON again (not timed).
+INSERT INTO {queue} (id, headers, body)
+SELECT id, headers, body FROM {template} ORDER BY seq
+
 -- hand_receive --
 -- The hand pipeline's receive: the provider's receive_batch, with the Id as text (no UUID object per row).
 DELETE FROM {queue}
