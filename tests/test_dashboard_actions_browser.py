@@ -53,6 +53,11 @@ def buttons_shown(browser: Browser, server: str, username: str) -> dict[str, Any
         "Object.keys(doc.defaultView.eval('state.allowed')).length > 0")), timeout=30)
     shown = browser.js(frame("Object.fromEntries(['retry', 'delete', 'batch-start'].map(id => "
                              "[id, !doc.getElementById(id).hidden]))"))
+    wait_for("the group cards", lambda: browser.js(frame("doc.querySelectorAll('article.group-card').length")) > 0,
+             timeout=30)
+    for kind in ("retry", "batch", "archive", "delete"):  # each group action shows by its own permission too
+        shown[f"group-{kind}"] = browser.js(frame(
+            f"!doc.querySelector('article.group-card button.group-{kind}').hidden"))
     browser.js(frame("doc.querySelector('tr.message details').open = true"))
     wait_for("the details row", lambda: browser.js(frame(
         "doc.querySelectorAll('tr.message-detail:not([hidden])').length")) > 0, timeout=30)
@@ -69,9 +74,12 @@ def buttons_shown(browser: Browser, server: str, username: str) -> dict[str, Any
 
 
 @pytest.mark.parametrize("username, expected", [
-    ("admin", {"retry": True, "delete": True, "batch-start": True, "edit-retry": True, "delete_status": 404}),
-    ("retrier", {"retry": True, "delete": False, "batch-start": True, "edit-retry": True, "delete_status": 403}),
-    ("reader", {"retry": False, "delete": False, "batch-start": False, "edit-retry": False, "delete_status": 403}),
+    ("admin", {"retry": True, "delete": True, "batch-start": True, "edit-retry": True, "delete_status": 404,
+      "group-retry": True, "group-batch": True, "group-archive": True, "group-delete": True}),
+    ("retrier", {"retry": True, "delete": False, "batch-start": True, "edit-retry": True, "delete_status": 403,
+      "group-retry": True, "group-batch": True, "group-archive": True, "group-delete": False}),
+    ("reader", {"retry": False, "delete": False, "batch-start": False, "edit-retry": False, "delete_status": 403,
+      "group-retry": False, "group-batch": False, "group-archive": False, "group-delete": False}),
 ])
 def test_each_button_shows_only_with_its_own_permission(server: str, browser: Browser,  # noqa: F811
                                                         username: str, expected: dict[str, Any]) -> None:

@@ -55,12 +55,16 @@
     await ctx.after();
   }
 
+  // Which permission each group action needs (a batched retry is a retry; the server also checks the DAG).
+  const NEEDS = { retry: "retry", batch: "retry", archive: "archive", delete: "delete" };
+
   function card(g, ctx, active) {
-    const editable = ctx.state.canEdit;
-    const why = editable ? null : "needs edit permission on this connection";
+    const allowed = ctx.state.allowed || {};
+    // Shown only to users with that action's permission (the server answers 403 to the others anyway).
     const button = (kind, text, cls) => el("button", { type: "button", class: `btn ${cls} group-${kind}`,
-      disabled: !editable || (kind === "retry" && g.count > ctx.maxReturn), title: why || (kind === "retry" &&
-        g.count > ctx.maxReturn ? `more than ${ctx.maxReturn}: use the batched retry` : null),
+      hidden: !allowed[NEEDS[kind]],
+      disabled: kind === "retry" && g.count > ctx.maxReturn,
+      title: kind === "retry" && g.count > ctx.maxReturn ? `more than ${ctx.maxReturn}: use the batched retry` : null,
       "aria-label": `${text}: ${g.count} message(s) of ${words(g, ctx.state.groupBy)}`,
       onclick: () => action(kind, g, ctx) }, text);
     const select = el("button", { type: "button", class: "group", "aria-pressed": String(active),
