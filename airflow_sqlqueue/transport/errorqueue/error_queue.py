@@ -196,10 +196,16 @@ class ErrorQueue:
                            "count": int(count), "first_failure": texts[3], "last_failure": texts[4]})
         return groups
 
-    def summary_groups(self, catch_up_rows: int | None = None) -> tuple[list[dict[str, Any]], SummaryState]:
+    def summary_groups(self, catch_up_rows: int | None = None, *, complete: bool = False
+                       ) -> tuple[list[dict[str, Any]], SummaryState]:
         """The groups as the summary tables count them (after a bounded catch-up: see ``summary``), in the shape of
-        ``groups``, with the summary's state (rows behind, drift)."""
-        state = self.summary.read() if catch_up_rows is None else self.summary.read(catch_up_rows)
+        ``groups``, with the summary's state (rows behind, drift). ``complete``: count every row above the high
+        water first (for a total that must include every message, not a page's quick answer)."""
+        if complete:
+            self.summary.catch_up()
+            state = self.summary.read(0)
+        else:
+            state = self.summary.read() if catch_up_rows is None else self.summary.read(catch_up_rows)
         groups = []
         for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in state.groups:
             texts = [clean_text(self.dialect.header_field(v))[0]
@@ -269,8 +275,8 @@ class ErrorQueue:
         except (InvalidAddressError, ValueError):
             return [failed_q]
         spellings = [failed_q]
-        try:  # the error groups summary: a few rows instead of a pass over the queue
-            groups, _ = self.summary_groups()
+        try:  # the error groups summary (every row counted): a few rows instead of a pass over the queue
+            groups, _ = self.summary_groups(complete=True)
         except Exception:  # noqa: BLE001 - no right to write the summary tables: group the queue itself
             log.warning("error groups summary of %s cannot be used; grouping the queue", self.name)
             groups = self.groups()
