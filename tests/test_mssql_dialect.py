@@ -48,7 +48,10 @@ def _slots(dialect: MssqlDialect, address: QueueAddress) -> dict[str, str]:
 #: the migration of PostgreSQL tables made by airflow-sqlqueue 0.1 (SQL Server shapes did not change) and the
 #: catalog look-ups that support it.
 POSTGRES_ONLY = ({*POSTGRES.notify_ddl, "notify_installed", "listen", "relation_named", "commit",
-                  "move_due_delayed_legacy", "notify_function_of"}
+                  "move_due_delayed_legacy", "notify_function_of",
+                  "wake_peek",  # the coalescing wake-up's look at the queue (push wake-ups)
+                  "receive_after",  # receivers past their last row: PostgreSQL only (dead index entries)
+                  "error_groups_merge_range"}  # a catch-up in one statement; SQL Server adds group by group
                  | {n for n in POSTGRES.statements if n.startswith(("migrate_", "wake_lock_"))})  # push wake-ups
 
 

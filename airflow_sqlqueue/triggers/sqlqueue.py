@@ -166,10 +166,11 @@ def _scheduler_may_leave_events() -> bool:
     """Airflow before 3.4 can leave an asset event out of the run the scheduler is creating (apache/airflow#56749:
     one queue row per asset, insert-or-nothing); 3.4's queue rows point at each event."""
     try:
-        from airflow import __version__
+        from importlib.metadata import version
+
         from packaging.version import Version
 
-        return Version(__version__).release[:2] < (3, 4)
+        return Version(version("apache-airflow")).release[:2] < (3, 4)
     except Exception:  # noqa: BLE001 - unknown: assume the race
         return True
 
