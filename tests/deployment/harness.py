@@ -71,6 +71,20 @@ def session_pids(session: int) -> list[int]:
     return pids
 
 
+def session_cpu_seconds(session: int) -> float:
+    """CPU seconds (user + system) of a session's live processes and of the children they reaped (``/proc``;
+    Linux): a task process reaped by its supervisor counts in the supervisor's."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in session_pids(session):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / ticks
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5,
               hint: str = "") -> Any:
     """Poll ``check`` until it returns something truthy; a TimeoutError naming ``what`` after ``timeout`` s."""
@@ -298,6 +312,11 @@ class Deployment:
         except subprocess.TimeoutExpired:
             pass
         return pids
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each component's session (the scheduler's includes its LocalExecutor workers
+        and the task processes they ran)."""
+        return {name: session_cpu_seconds(p.popen.pid) for name, p in self.processes.items() if p.popen is not None}
 
     def restart(self, name: str, args: list[str] | None = None) -> Process:
         args = args or dict(self.components())[name]

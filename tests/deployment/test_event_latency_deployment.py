@@ -108,7 +108,42 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
     return {"event_at": event_at, "run_at": run_at, "queued_at": queued_at, "done": done}
 
 
-def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180) -> dict[str, Any]:
+def runs_breakdown(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
+    """Where the scheduler's part goes, per DAG run that consumed the phase's messages: its newest event stored ->
+    run created (``queued_at``) -> run started -> its task started; the task's length; events per run; runs active
+    when each was created."""
+    tags = sorted({body.rsplit("-", 1)[0] for body in sent})
+    rows = deployment.query(
+        "SELECT r.id, r.queued_at, r.start_date, min(e.timestamp), max(e.timestamp), count(DISTINCT e.id), "
+        "min(t.start_date), max(t.end_date) FROM dag_run r "
+        "JOIN dagrun_asset_event d ON d.dag_run_id = r.id JOIN asset_event e ON e.id = d.event_id "
+        "LEFT JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
+        "WHERE r.id IN (SELECT d2.dag_run_id FROM dagrun_asset_event d2 JOIN asset_event e2 ON e2.id = d2.event_id "
+        "WHERE e2.extra::text LIKE ANY(%s)) GROUP BY r.id", ([f"%{t}-%" for t in tags],))
+    runs = [r for r in rows if None not in (r[1], r[2], r[6], r[7])]
+    if not runs:
+        return {}
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    created = [r[1].timestamp() for r in runs]
+    spans = [(r[6].timestamp(), r[7].timestamp()) for r in runs]
+    return {"runs": len(runs),
+            "events/run max": max(r[5] for r in runs),
+            "runs of >1 event": sum(1 for r in runs if r[5] > 1),
+            "newest event->created p50": med([(r[1] - r[4]).total_seconds() for r in runs]),
+            "newest event->created max": max((r[1] - r[4]).total_seconds() for r in runs),
+            "created->start p50": med([(r[2] - r[1]).total_seconds() for r in runs]),
+            "start->task start p50": med([(r[6] - r[2]).total_seconds() for r in runs]),
+            "task p50": med([(r[7] - r[6]).total_seconds() for r in runs]),
+            "tasks running at creation p50": med([sum(1 for a, b in spans if a <= c < b) for c in created])}
+
+
+def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180,
+           cpu: dict[str, float] | None = None) -> dict[str, Any]:
+    """Wait until every message of the phase is in a successful run; its latencies, the scheduler's part per run
+    and, given the components' CPU seconds at the phase's start (``cpu``), what the phase cost in CPU."""
     wait_for(f"the {len(sent)} messages of {name} in successful runs",
              lambda: outcome(deployment, sent)["done"] >= set(sent), timeout, interval=2, hint=deployment.where_logs())
     got = outcome(deployment, sent)
@@ -121,6 +156,12 @@ def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: f
            # where the scheduler's part goes: asset event stored -> run queued (created), queued -> started
            "event->queued p50": statistics.median([got["queued_at"][b] - got["event_at"][b] for b in got["run_at"]]),
            "queued->start p50": statistics.median([got["run_at"][b] - got["queued_at"][b] for b in got["run_at"]])}
+    row["breakdown"] = runs_breakdown(deployment, sent)
+    if cpu is not None:
+        now = deployment.cpu_seconds()
+        used = {name: round(now[name] - cpu.get(name, 0.0), 1) for name in now}
+        row["cpu s"] = used
+        row["cpu s/run"] = round(sum(used.values()) / max(1, row["breakdown"].get("runs", 0)), 2)
     ROWS.append(row)
     print(row)
     return row
@@ -138,30 +179,33 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def test_isolated_sends(example: Deployment) -> None:
     tag, sent = "iso" + uuid.uuid4().hex[:6], {}
+    cpu = example.cpu_seconds()
     for i in range(6):
         time.sleep(random.uniform(15, 20))
         sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
-    assert finish(example, "isolated (after 15-20 s quiet)", sent)["waiting"] == 0
+    assert finish(example, "isolated (after 15-20 s quiet)", sent, cpu=cpu)["waiting"] == 0
 
 
 def test_one_send_a_second(example: Deployment) -> None:
     tag, sent = "sec" + uuid.uuid4().hex[:6], {}
     time.sleep(15)
+    cpu = example.cpu_seconds()
     start = time.time()
     for i in range(60):
         time.sleep(max(0.0, start + i - time.time()))
         sent[f"{tag}-{i}"] = send(example, [f"{tag}-{i}"])
-    assert finish(example, "1/s for 60 s", sent)["waiting"] == 0
+    assert finish(example, "1/s for 60 s", sent, cpu=cpu)["waiting"] == 0
 
 
 def test_bursts_of_20(example: Deployment) -> None:
     tag, sent = "bur" + uuid.uuid4().hex[:6], {}
+    cpu = example.cpu_seconds()
     for b in range(4):
         time.sleep(random.uniform(15, 20))
         bodies = [f"{tag}-{b * 20 + i}" for i in range(20)]
         at = send(example, bodies)
         sent.update(dict.fromkeys(bodies, at))
-    assert finish(example, "bursts of 20 (after 15-20 s quiet)", sent)["waiting"] == 0
+    assert finish(example, "bursts of 20 (after 15-20 s quiet)", sent, cpu=cpu)["waiting"] == 0
 
 
 def test_pause_and_unpause(example: Deployment) -> None:
