@@ -26,7 +26,7 @@ from tests.test_triggers import ACKED, FAILED, airflow_conn, producer_for, run, 
 
 
 def test_gap_is_short_after_a_light_event_and_event_interval_under_load() -> None:
-    assert (DEFAULT_MIN_EVENT_INTERVAL, DEFAULT_EVENT_INTERVAL) == (2.0, 5.0)
+    assert (DEFAULT_MIN_EVENT_INTERVAL, DEFAULT_EVENT_INTERVAL) == (0.5, 5.0)
     assert next_event_gap(1, 5.0, 2.0) == 2.0
     assert next_event_gap(LIGHT_EVENT_MESSAGES, 5.0, 2.0) == 2.0
     assert next_event_gap(LIGHT_EVENT_MESSAGES + 1, 5.0, 2.0) == 5.0
@@ -39,7 +39,7 @@ def test_min_event_interval_is_serialized_and_checked() -> None:
     path, kwargs = trigger.serialize()
     assert kwargs["min_event_interval"] == 0.5
     assert SqlQueueMessageTrigger(**kwargs).serialize() == (path, kwargs)
-    assert SqlQueueMessageTrigger(conn_id="c", queue_name="orders").serialize()[1]["min_event_interval"] == 2.0
+    assert SqlQueueMessageTrigger(conn_id="c", queue_name="orders").serialize()[1]["min_event_interval"] == 0.5
     with pytest.raises(ValueError, match="min_event_interval"):
         SqlQueueMessageTrigger(conn_id="c", queue_name="orders", min_event_interval=-1)
 

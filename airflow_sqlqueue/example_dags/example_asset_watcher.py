@@ -20,7 +20,7 @@ DOC = """
 ### Event-driven: messages schedule DAG runs (`AssetWatcher`)
 
 The triggerer watches the queue with `SqlQueueMessageTrigger`. Each claimed batch of messages (up to 500; the
-first message after a quiet spell goes out at once, then events keep 2 s apart for a trickle and 5 s under load)
+first message after a quiet spell goes out at once, then events keep 0.5 s apart for a trickle and 5 s under load)
 becomes one asset event carrying the messages (`id`, `seq`, `headers`, `body`); an event close behind another that
 no message follows gets an empty sweep event 5 s later (a run with no messages: on Airflow 3.3 the scheduler can
 leave the event before out of a run, and the sweep's run takes it along); they

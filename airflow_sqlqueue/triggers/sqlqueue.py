@@ -153,8 +153,10 @@ DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 DEFAULT_EVENT_INTERVAL = 5.0
 DEFAULT_MAX_BODY_BYTES = 65536
 #: Light traffic: after an event of at most ``LIGHT_EVENT_MESSAGES`` messages the next one may follow
-#: ``min_event_interval`` (default 2 s) later; after a bigger one (load), ``event_interval`` later.
-DEFAULT_MIN_EVENT_INTERVAL = 2.0
+#: ``min_event_interval`` (default 0.5 s) later; after a bigger one (load), ``event_interval`` later. 0.5 s: at one
+#: send a second each message gets its own event at once and Airflow's scheduler, whose loop takes about a second,
+#: merges what came meanwhile into one run (docs/performance.md, issue 29: 2 s made a trickle's messages wait 0-2 s).
+DEFAULT_MIN_EVENT_INTERVAL = 0.5
 LIGHT_EVENT_MESSAGES = 10
 #: Most events of one watcher emitted and not stored yet, where claims do not block each other (not SQLite).
 MAX_EVENTS_IN_FLIGHT = 4
@@ -666,7 +668,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
 
     Each event carries one claimed batch: up to ``batch_size`` of the oldest messages and at most
     ``max_event_bytes`` of JSON. The first message after a quiet period goes out at once; after that, events
-    keep a gap (``next_event_gap``): ``min_event_interval`` (2 s) after an event of at most 10 messages (light
+    keep a gap (``next_event_gap``): ``min_event_interval`` (0.5 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
     within the gap join the next event. On PostgreSQL and SQL Server the next batch is claimed while the previous
     event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite, whose claim
@@ -698,7 +700,7 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     :param event_interval: shortest time in seconds between two events of this queue under load, after an event
         of more than 10 messages (default 5).
     :param min_event_interval: shortest time in seconds between two events of this queue under light traffic,
-        after an event of at most 10 messages (default 2; never more than ``event_interval``).
+        after an event of at most 10 messages (default 0.5; never more than ``event_interval``).
     :param max_event_bytes: most bytes of one event's payload (default 1 MiB); messages that do not fit stay
         in the queue for the next event.
     :param max_poll_interval: the longest pause between polls while the queue stays empty (idle back-off;

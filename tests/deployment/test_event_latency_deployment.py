@@ -1,7 +1,7 @@
 """Send -> DAG run start on a real deployment with the shipped example DAG's own settings (issue 29).
 
 ``example_asset_watcher.py`` as shipped (``poll_interval`` 2 s, the trigger's defaults: back-off to 8 s,
-``event_interval`` 5 s, ``min_event_interval`` 2 s), its queue on PostgreSQL with the wake-up trigger and on SQLite
+``event_interval`` 5 s, ``min_event_interval`` 0.5 s), its queue on PostgreSQL with the wake-up trigger and on SQLite
 (file wake-ups), LocalExecutor, metadata on PostgreSQL. Each backend waits for the watcher to start (the DAG
 processor's next parse after the unpause) before it measures. Send patterns: isolated sends after quiet spells, one
 send a second, bursts of 20; then a pause and an unpause. Latency counts from just before the send call (on SQLite a
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +83,18 @@ def send(deployment: Deployment, bodies: list[str]) -> float:
     return started
 
 
+EMITTED = re.compile(r"^(\S+Z) .*queue (.+?): one event for \d+ messages \(seq (\d+)\.\.", re.MULTILINE)
+
+
+def emitted_at(deployment: Deployment) -> dict[tuple[str, int], float]:
+    """When the trigger emitted each event (its "one event for N messages" log line), by (queue, first seq)."""
+    return {(queue, int(seq)): datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            for at, queue, seq in EMITTED.findall(deployment.log_text("triggerer"))}
+
+
 def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
-    """Per message: when its asset event was stored, when the first run that consumed it started, and whether a
-    run that consumed it succeeded."""
+    """Per message: when its asset event was emitted and stored, when the first run that consumed it started, and
+    whether a run that consumed it succeeded."""
     tags = sorted({body.rsplit("-", 1)[0] for body in sent})
     rows = deployment.query(
         "SELECT e.timestamp, e.extra, r.start_date, r.state, r.queued_at FROM asset_event e "
@@ -93,19 +104,23 @@ def outcome(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
     run_at: dict[str, float] = {}
     done: set[str] = set()
     queued_at: dict[str, float] = {}
+    emitted, emitted_log = {}, emitted_at(deployment)
     for stored, extra, started, state, queued in rows:
-        for message in (extra or {}).get("payload", {}).get("messages", []):
+        payload = (extra or {}).get("payload", {})
+        for message in payload.get("messages", []):
             body = message.get("body")
             if body not in sent:
                 continue
             event_at[body] = min(event_at.get(body, float("inf")), stored.timestamp())
+            if (payload.get("queue"), payload.get("first_seq")) in emitted_log:
+                emitted[body] = emitted_log[payload["queue"], payload["first_seq"]]
             if started is not None:
                 run_at[body] = min(run_at.get(body, float("inf")), started.timestamp())
             if queued is not None:
                 queued_at[body] = min(queued_at.get(body, float("inf")), queued.timestamp())
             if state == "success":
                 done.add(body)
-    return {"event_at": event_at, "run_at": run_at, "queued_at": queued_at, "done": done}
+    return {"event_at": event_at, "run_at": run_at, "queued_at": queued_at, "done": done, "emitted": emitted}
 
 
 def runs_breakdown(deployment: Deployment, sent: dict[str, float]) -> dict[str, Any]:
@@ -115,7 +130,7 @@ def runs_breakdown(deployment: Deployment, sent: dict[str, float]) -> dict[str, 
     tags = sorted({body.rsplit("-", 1)[0] for body in sent})
     rows = deployment.query(
         "SELECT r.id, r.queued_at, r.start_date, min(e.timestamp), max(e.timestamp), count(DISTINCT e.id), "
-        "min(t.start_date), max(t.end_date) FROM dag_run r "
+        "min(t.start_date), max(t.end_date), r.run_after FROM dag_run r "
         "JOIN dagrun_asset_event d ON d.dag_run_id = r.id JOIN asset_event e ON e.id = d.event_id "
         "LEFT JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
         "WHERE r.id IN (SELECT d2.dag_run_id FROM dagrun_asset_event d2 JOIN asset_event e2 ON e2.id = d2.event_id "
@@ -132,6 +147,9 @@ def runs_breakdown(deployment: Deployment, sent: dict[str, float]) -> dict[str, 
     return {"runs": len(runs),
             "events/run max": max(r[5] for r in runs),
             "runs of >1 event": sum(1 for r in runs if r[5] > 1),
+            # the run's queue row (asset_dag_run_queue.created_at, kept as the run's run_after) is written with
+            # the event that queued the DAG; the scheduler's loop then creates the run
+            "queue row->created p50": med([(r[1] - r[8]).total_seconds() for r in runs]),
             "newest event->created p50": med([(r[1] - r[4]).total_seconds() for r in runs]),
             "newest event->created max": max((r[1] - r[4]).total_seconds() for r in runs),
             "created->start p50": med([(r[2] - r[1]).total_seconds() for r in runs]),
@@ -153,6 +171,10 @@ def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: f
            "waiting": len(set(sent) - got["done"]),
            "event p50": statistics.median(to_event), "event p95": percentile(to_event, 95),
            "run p50": statistics.median(to_run), "run p95": percentile(to_run, 95),
+           # the watcher's part: send -> event emitted (claimed, in the trigger's log) -> stored by the triggerer
+           "send->emitted p50": statistics.median([got["emitted"][b] - sent[b] for b in got["emitted"]] or [-1]),
+           "emitted->stored p50": statistics.median([got["event_at"][b] - got["emitted"][b]
+                                                     for b in got["emitted"]] or [-1]),
            # where the scheduler's part goes: asset event stored -> run queued (created), queued -> started
            "event->queued p50": statistics.median([got["queued_at"][b] - got["event_at"][b] for b in got["run_at"]]),
            "queued->start p50": statistics.median([got["run_at"][b] - got["queued_at"][b] for b in got["run_at"]])}
