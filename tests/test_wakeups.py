@@ -213,6 +213,45 @@ def test_a_send_wakes_a_sqlite_watcher_through_the_files(lite):
         other.close()
 
 
+def _posix_locks(path: str) -> int:
+    """How many POSIX locks this process holds on ``path`` (``/proc/locks``)."""
+    import os
+
+    inode, pid = os.stat(path).st_ino, str(os.getpid())
+    with open("/proc/locks") as locks:
+        return sum(1 for line in locks if line.split()[4] == pid and line.split()[5].endswith(f":{inode}"))
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/locks"), reason="Linux /proc/locks")
+def test_a_sqlite_watcher_leaves_the_locks_of_its_process_s_connections_on_the_wal_index(lite):
+    """Looking at the WAL index (``-shm``) must not close a descriptor of it: closing any descriptor of a file drops
+    every POSIX lock the process holds on it, SQLite's included, and another process then resets the index while
+    this process's connections use it (commits lost, SIGBUS; seen on a deployment with three SQLite watchers in one
+    triggerer). A connection of this process in a read transaction keeps its locks through the watcher's looks."""
+    import sqlite3
+
+    t = lite.transport
+    t.create_queues(["orders", "error"])
+    t.send("orders", b"x")
+    database = str(lite.url).removeprefix("sqlite:///")
+    reader = sqlite3.connect(database, isolation_level=None)
+    wakeups = t.wakeups("orders", poll_interval=0.1, max_poll_interval=0.1)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute('SELECT count(*) FROM "orders"').fetchone() == (1,)
+        held = _posix_locks(database + "-shm")
+        assert held > 0  # SQLite's read lock and its dead-man switch on the WAL index
+        assert wakeups.start() is False and wakeups.watching_files
+        for _ in range(3):
+            wakeups.wait(found=False)  # each wait looks at the files, the -shm header included
+        t.send("orders", b"y")
+        wakeups.wait(found=False)
+        assert _posix_locks(database + "-shm") == held
+    finally:
+        wakeups.close()
+        reader.close()
+
+
 def test_async_wait_on_sqlite_wakes_on_send(lite):
     import asyncio
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -56,9 +57,62 @@ HOT_CHECK_INTERVAL = 0.002
 MAX_PEEKED = 8
 
 
+#: Read-only descriptors of WAL index (``-shm``) files, by path: (device, inode) -> descriptor, opened once per
+#: file and NEVER closed. Closing any descriptor of a file releases every POSIX lock the process holds on it
+#: (fcntl semantics), including SQLite's own locks on the ``-shm`` of the connections this process has open (the
+#: trigger's claims): another process then believes it is the only user, resets the WAL index and commits are
+#: lost (https://www.sqlite.org/howtocorrupt.html, 2.2). A file replaced under the same path gets a new
+#: descriptor; the old one is closed only once the file is deleted (no process can open it any more).
+_SHM_DESCRIPTORS: dict[tuple[int, int], int] = {}
+_SHM_LOCK = threading.Lock()
+
+
+def _close_deleted() -> None:
+    """Close the descriptors of ``-shm`` files that were deleted (under ``_SHM_LOCK``)."""
+    for key, fd in list(_SHM_DESCRIPTORS.items()):
+        try:
+            deleted = os.fstat(fd).st_nlink == 0
+        except OSError:
+            deleted = True
+        if deleted:
+            del _SHM_DESCRIPTORS[key]
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _read_wal_index_header(shm: str) -> bytes | None:
+    """The first ``WAL_INDEX_HEADER`` bytes of ``shm`` through a descriptor that stays open (see
+    ``_SHM_DESCRIPTORS``); None when the file is not there."""
+    try:
+        st = os.stat(shm)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino)
+    with _SHM_LOCK:
+        fd = _SHM_DESCRIPTORS.get(key)
+        if fd is None:
+            _close_deleted()
+            try:
+                fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            opened = os.fstat(fd)
+            key = (opened.st_dev, opened.st_ino)  # the file opened, if it was replaced since the stat
+            if key in _SHM_DESCRIPTORS:  # never close a descriptor of a file SQLite may hold locks on
+                fd = _SHM_DESCRIPTORS[key]
+            else:
+                _SHM_DESCRIPTORS[key] = fd
+    try:
+        return os.pread(fd, WAL_INDEX_HEADER, 0)
+    except OSError:
+        return None
+
+
 def _signature(paths: list[str]) -> tuple[Any, ...]:
     """What changes when a transaction commits into these files: modification time, size and inode of each, and
-    the WAL index's header (the ``-shm`` file beside a ``-wal``)."""
+    the WAL index's header (the ``-shm`` file beside a ``-wal``, read without closing a descriptor of it)."""
     out: list[Any] = []
     for path in paths:
         try:
@@ -68,11 +122,7 @@ def _signature(paths: list[str]) -> tuple[Any, ...]:
         else:
             out.append((st.st_mtime_ns, st.st_size, st.st_ino))
         if path.endswith("-wal"):
-            try:
-                with open(path[:-4] + "-shm", "rb", buffering=0) as index:
-                    out.append(index.read(WAL_INDEX_HEADER))
-            except OSError:
-                out.append(None)
+            out.append(_read_wal_index_header(path[:-4] + "-shm"))
     return tuple(out)
 
 
