@@ -47,6 +47,9 @@ class Outbox:
         #: Where sends made outside a handler come from (the transport's endpoint name).
         self.origin = Origin(book.endpoint or default_endpoint())
         self._writers: dict[Origin, BatchHeaders] = {}  # per origin outside a handler: kept across sends
+        self._send = self.dialect.statements["send"]
+        #: The send without Expires where the dialect has one (SQLite: one value less to bind and store).
+        self._send_untimed = self.dialect.statements.get("send_untimed", self._send)
         probe = uuid.UUID(int=0)
         self._ids_as_text = self.dialect.id_param(probe) == str(probe)  # then the header's Id text is bound as is
 
@@ -111,7 +114,9 @@ class Outbox:
         the delayed ones. Returns the native Ids of the immediate ones."""
         if prepared.rows:
             if len(prepared.rows) == 1:
-                self.dialect.execute(cursor, "send", prepared.rows[0], **prepared.queue.ids)
+                row = prepared.rows[0]
+                statement = self._send if row["ttbr_ms"] is not None else self._send_untimed
+                cursor.execute(*self.dialect.prepare_statement(statement, row, prepared.queue.ids))
             else:
                 self.dialect.send_many(cursor, prepared.queue.address, prepared.rows)
         if prepared.delayed:
