@@ -103,8 +103,12 @@ class LocalWrites:
         # count under the lock before it sleeps (the GIL orders the two threads' steps), so no wake-up is lost.
         self.count += 1
         if self._waiting:
-            with self._ended:
-                self._ended.notify_all()
+            self.notify()
+
+    def notify(self) -> None:
+        """Wake the watchers waiting in ``wait`` (after ``count`` moved)."""
+        with self._ended:
+            self._ended.notify_all()
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Block until a write ends after ``seen`` (a ``count`` read before) or ``timeout`` passes."""
@@ -153,7 +157,9 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
-        LOCAL_WRITES.ended()
+        LOCAL_WRITES.count += 1  # LOCAL_WRITES.ended(), inline: once per write transaction
+        if LOCAL_WRITES._waiting:
+            LOCAL_WRITES.notify()
 
 
 class Session:
@@ -348,7 +354,11 @@ class Session:
                     gate.leave()
             if returns_rows:
                 self.release_cursor(connection, cursor)
-            self.checkin(connection)
+            with self._lock:  # checkin, inline
+                if len(self._idle) < self._max_idle:
+                    self._idle.append(connection)
+                    return result
+            self.checkin(connection, False)  # the pool is full: closed
             return result
 
         failed: Exception | None = None
@@ -358,7 +368,8 @@ class Session:
             failed = exc
         try:
             if failed is None:
-                self.retry.succeeded()
+                if self.retry.breaker is not None:  # retry.succeeded(), inline
+                    self.retry.breaker.success()
                 return result
             return self.retry.call(attempt, what, failed)
         except Exception as exc:
