@@ -2,7 +2,10 @@
 
 A whole run per contestant (``python -m bench``) carries the drift of a shared machine between the runs; here the
 two take turns batch by batch on the same table, so what differs is their own work. Reported per message: wall
-time, the client's CPU time (``time.thread_time``: the driver and Python, not the server), and the ratio.
+time, the client's CPU time (``time.thread_time``: the driver and Python, not the server), and the ratio (total
+wall of the baseline over the provider's); beside it the median of the ratios of each pair of turns (a stall of
+the shared machine falls on one turn: it moves the total, not the median) and the ratio of client CPU (what the
+wall ratio tends to on a slower CPU: ``python -m bench.slow_cpu`` runs this on one).
 
     .venv/bin/python -m bench.paired --case send --batch 1 --dialect postgres
     .venv/bin/python -m bench.paired --case receive --batch 100 --dialect postgres
@@ -19,6 +22,7 @@ concurrency is what ``python -m bench`` measures.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -137,10 +141,17 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH)
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0
+            provider_turn = 0.0
+            pairs: list[float] = []  # each pair of turns (provider, then baseline): baseline wall / provider wall
             while True:  # until one of them finds nothing left to do
                 tally, step = turns[turn % 2]
+                before = tally.wall
                 if not tally.timed(step):
                     break
+                if turn % 2:
+                    pairs.append((tally.wall - before) / max(provider_turn, 1e-9))
+                else:
+                    provider_turn = tally.wall - before
                 turn += 1
         [(left,)] = db.execute("count", queue)
         expected = sum(t.messages for t in tallies.values()) if case == "send" else 0
@@ -155,7 +166,8 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH)
     return {"case": case, "dialect": dialect, "messages": messages, "batch": batch,
             "taken": {who: tally.messages for who, tally in tallies.items()},
             "provider_us": p_wall, "provider_cpu_us": p_cpu, "baseline_us": b_wall, "baseline_cpu_us": b_cpu,
-            "ratio": b_wall / p_wall if p_wall else 0.0}
+            "ratio": b_wall / p_wall if p_wall else 0.0,
+            "pair_median": statistics.median(pairs) if pairs else 0.0, "pairs": len(pairs)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -169,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch)
     print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {r['batch']}, one client: "
           f"provider {r['provider_us']:.1f} µs a message (client CPU {r['provider_cpu_us']:.1f}), "
-          f"baseline {r['baseline_us']:.1f} (client CPU {r['baseline_cpu_us']:.1f}): {r['ratio']:.2f}x")
+          f"baseline {r['baseline_us']:.1f} (client CPU {r['baseline_cpu_us']:.1f}): {r['ratio']:.2f}x "
+          f"(median of {r['pairs']} turn pairs {r['pair_median']:.2f}x; CPU ratio "
+          f"{r['baseline_cpu_us'] / max(r['provider_cpu_us'], 1e-9):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,13 @@ Throughput: ``--writers`` processes (started once, kept for every round) each se
 * ``notify always, watcher``: the trigger earlier versions installed (``sqlqueue_notify``: a NOTIFY on every
   send, so every commit takes PostgreSQL's global notify lock), same watcher.
 
-Reported: messages a second per set-up (median of the rounds) and the ratio to ``plain``; per set-up with a
-watcher, the NOTIFYs a second (counted on a bare LISTEN connection), the watcher's receives a second and its
-client CPU (share of one core). Wake-up latency: a
+Reported: messages a second per set-up (median of the rounds) and the ratio to ``plain``; then, per set-up, the
+ratio to ``plain`` round by round (the two ran next to each other: the drift of a shared machine between rounds
+cancels), its median with a bootstrap 95 % interval, and a sign test against ``--floor`` (default 0.95): how many
+rounds fell below it and the one-sided p-values for "the median is below" and for "the median is above". Many
+short rounds (``--repeats 30 --seconds 1.5``) make these tight; ``--setups`` runs only some set-ups (``plain``
+always). Per set-up with a watcher, the NOTIFYs a second (counted on a bare LISTEN connection), the watcher's
+receives a second and its client CPU (share of one core). Wake-up latency: a
 watcher waits on an empty queue (``wake lock`` trigger); after a random pause one plain INSERT on another
 connection commits; the time from the commit's return to the watcher's wake-up, ``--trials`` times: p50 and p95.
 """
@@ -29,6 +33,7 @@ connection commits; the time from the commit's return to the watcher's wake-up, 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import random
 import statistics
@@ -138,7 +143,7 @@ def throughput(args: argparse.Namespace, transport: Any, admin: Any, listener: A
         extra: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETUPS}
         poll_rate = 200.0  # receives a second of the polling watcher until the push watcher's is measured
         for round_no in range(args.repeats):
-            order = list(SETUPS) if round_no % 2 == 0 else list(reversed(SETUPS))
+            order = list(args.setups) if round_no % 2 == 0 else list(reversed(args.setups))
             for setup in order:
                 admin.execute(f"TRUNCATE {queues[setup]}")
                 count_notifies(listener, queues[setup])
@@ -173,6 +178,32 @@ def throughput(args: argparse.Namespace, transport: Any, admin: Any, listener: A
         for p in procs:
             p.join()
     return out
+
+
+def paired_ratios(rates: dict[str, list[float]], setup: str) -> list[float]:
+    """``setup``'s rate over ``plain``'s, round by round (the two ran next to each other in each round)."""
+    return [mine / plain for mine, plain in zip(rates[setup], rates["plain"], strict=True) if plain > 0]
+
+
+def bootstrap_median(values: list[float], resamples: int = 4000, seed: int = 30) -> tuple[float, float]:
+    """A 95 % percentile-bootstrap interval of the median (seeded: the same rounds give the same interval)."""
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[min(resamples - 1, int(0.975 * resamples))]
+
+
+def sign_test(values: list[float], floor: float) -> tuple[int, int, float, float]:
+    """(rounds below ``floor``, rounds counted, p-value for "the median is below the floor", p-value for "the
+    median is above it"): one-sided binomial tails at 1/2 (a small p is evidence for that side), ties (a ratio
+    exactly at the floor) left out."""
+    below = sum(v < floor for v in values)
+    above = sum(v > floor for v in values)
+    n = below + above
+
+    def tail(k: int) -> float:  # P(X >= k), X ~ Binomial(n, 1/2)
+        return sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n if n else 1.0
+
+    return below, n, tail(below), tail(above)
 
 
 def latency(args: argparse.Namespace, transport: Any, admin: Any, schema: str, queue: str) -> list[float]:
@@ -219,7 +250,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--setups", type=lambda v: [x.strip() for x in v.split(",")], default=list(TABLES.values()),
+                        help="comma-separated set-ups to run, by table name (plain always runs): "
+                             + "; ".join(f"{table} = {setup}" for setup, table in TABLES.items()))
+    parser.add_argument("--floor", type=float, default=0.95, help="the ratio the sign test is against")
     args = parser.parse_args(argv)
+    unknown = [x for x in args.setups if x not in TABLES.values()]
+    if unknown:
+        parser.error(f"unknown set-up(s) {unknown}; known: {list(TABLES.values())}")
+    args.setups = [x for x in SETUPS if x == "plain" or TABLES[x] in args.setups]
 
     import psycopg
 
@@ -244,12 +283,24 @@ def main(argv: list[str] | None = None) -> None:
             conn.execute(UNCOALESCED_TRIGGER.format(schema=schema, table=TABLES["uncoalesced, watcher"]))
         transport.create_queue(f'"{schema}"."lat"', notify=True)
         rates = throughput(args, transport, admin, listener, error_queue, queues) if args.repeats else {}
-        print("\nwriters | " + " | ".join(SETUPS))
+        print("\nwriters | " + " | ".join(args.setups))
         for writers, found in rates.items():
             plain = statistics.median(found["rates"]["plain"])
             cells = [f"{statistics.median(v):.0f} msg/s ({statistics.median(v) / plain:.2f}x)"
-                     for v in found["rates"].values()]
+                     for v in found["rates"].values() if v]
             print(f"{writers} | " + " | ".join(cells))
+        print(f"\nwriters | set-up | rounds | ratio to plain round by round: median [bootstrap 95 %] | min - max | "
+              f"rounds < {args.floor} | sign test p-value: median below {args.floor} | median above {args.floor}")
+        for writers, found in rates.items():
+            for setup in args.setups[1:]:
+                ratios = paired_ratios(found["rates"], setup)
+                if not ratios:
+                    continue
+                low, high = bootstrap_median(ratios)
+                below, counted, p_below, p_above = sign_test(ratios, args.floor)
+                print(f"{writers} | {setup} | {len(ratios)} | {statistics.median(ratios):.3f}x [{low:.3f}, {high:.3f}]"
+                      f" | {min(ratios):.2f} - {max(ratios):.2f} | {below} of {counted} | {p_below:.3g} | "
+                      f"{p_above:.3g}")
         print("\nwriters | set-up | NOTIFY/s | watcher receives/s | watcher client CPU (medians)")
         for writers, found in rates.items():
             for setup, stats in found["extra"].items():

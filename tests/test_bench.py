@@ -6,6 +6,7 @@ No timing is asserted: speed is read from the benchmark's table, not from tests.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,7 @@ def test_paired_batches_take_every_message_between_the_two(case: str, batch: int
     assert result["taken"]["provider"] + result["taken"]["baseline"] == messages
     assert result["taken"]["provider"] == messages // 2 and result["taken"]["baseline"] == messages // 2
     assert result["ratio"] > 0 and result["provider_cpu_us"] > 0
+    assert result["pairs"] >= 1 and result["pair_median"] > 0
 
 
 def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,6 +84,33 @@ def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert all(f"{setup:<24} round 1" in out for setup in SETUPS), out
     assert "wake-up after a plain INSERT's commit, 3 trials" in out
+    assert "ratio to plain round by round" in out and "| wake lock, watcher | 1 |" in out, out
+
+
+def test_wake_writers_statistics() -> None:
+    """The round-by-round ratios: a seeded bootstrap interval around the median, one-sided sign-test p-values."""
+    from bench.wake_writers import bootstrap_median, paired_ratios, sign_test
+
+    assert paired_ratios({"plain": [100.0, 200.0], "x": [90.0, 210.0]}, "x") == [0.9, 1.05]
+    ratios = [1.0 + i / 100 for i in range(20)]  # all above 0.95
+    low, high = bootstrap_median(ratios)
+    assert low <= 1.095 <= high and bootstrap_median(ratios) == (low, high)
+    below, counted, p_below, p_above = sign_test(ratios, 0.95)
+    assert (below, counted) == (0, 20) and p_below == 1.0 and p_above == pytest.approx(0.5 ** 20)
+    assert sign_test([0.95, 0.9, 1.0], 0.95)[:2] == (1, 2)  # a tie is left out
+
+
+@pytest.mark.skipif(not (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() and os.geteuid() == 0),
+                    reason="needs root and the cgroup v1 cpu controller")
+def test_slow_cpu_runs_a_command_on_one_throttled_core(capfd: pytest.CaptureFixture[str]) -> None:
+    """``python -m bench.slow_cpu``: the command runs on the one core in a throttled cgroup, removed afterwards."""
+    from bench.slow_cpu import main as slow_main
+
+    code = slow_main(["--share", "0.25", "--cpu", "0", "--", "-c",
+                      "import os; print('cores', sorted(os.sched_getaffinity(0)))"])
+    out = capfd.readouterr().out
+    assert code == 0 and "cores [0]" in out and "nr_throttled" in out, out
+    assert not list(Path("/sys/fs/cgroup/cpu").glob("sqlqueue_slow_cpu_*"))
 
 
 @pytest.mark.heavy  # ~30 s on a busy 2-core machine (checkpoints, vacuums)

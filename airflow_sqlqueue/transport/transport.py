@@ -222,10 +222,11 @@ class SqlQueueTransport:
         prepared = self.outbox.prepare(queue, messages, endpoint=endpoint)
         if cursor is not None:
             return self.outbox.write(cursor, prepared)
-        what = f"send to {prepared.queue.name!r}"
+        what = prepared.queue.sending
         if self.outbox.one_statement(prepared):  # its own transaction: one round trip, no BEGIN or COMMIT
             return self.session.run_once(lambda cur: self.outbox.write(cur, prepared), what=what,
-                                         unknown=lambda exc: self.outbox.outcome_unknown(prepared, exc))
+                                         unknown=lambda exc: self.outbox.outcome_unknown(prepared, exc),
+                                         returns_rows=False)
         return self.run(lambda cur: self.outbox.write(cur, prepared), what=what)
 
     # -- publish / subscribe -----------------------------------------------------------------------

@@ -47,6 +47,10 @@ class Outbox:
         #: Where sends made outside a handler come from (the transport's endpoint name).
         self.origin = Origin(book.endpoint or default_endpoint())
         self._writers: dict[Origin, BatchHeaders] = {}  # per origin outside a handler: kept across sends
+        self._own_writer = BatchHeaders(self.origin)  # this transport's own sends (most sends): no lookup
+        self._send = self.dialect.statements["send"]
+        #: The send without Expires where the dialect has one (SQLite: one value less to bind and store).
+        self._send_untimed = self.dialect.statements.get("send_untimed", self._send)
         probe = uuid.UUID(int=0)
         self._ids_as_text = self.dialect.id_param(probe) == str(probe)  # then the header's Id text is bound as is
 
@@ -65,7 +69,7 @@ class Outbox:
         target = self.book.queue(queue)
         prepared = PreparedSend(target, self.book.queue(endpoint) if endpoint is not None else target)
         time_sent = h.format_wire_time()  # one clock reading for the batch
-        writer = None if raw else self._writer(origin or self.origin)
+        writer = None if raw else self._own_writer if origin is None else self._writer(origin)
         id_param = None if self._ids_as_text else self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
         next_id = id_stream().__next__
@@ -73,9 +77,13 @@ class Outbox:
             message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
             if message.delay is not None:
                 message = _forwarding(message, target.wire)
-            ttbr_ms, delay_ms = message.timing_ms()
+            if message.time_to_be_received is None and message.delay is None:  # timing_ms(), inline
+                ttbr_ms = delay_ms = None
+            else:
+                ttbr_ms, delay_ms = message.timing_ms()
             message_id = next_id()
-            id_text = str(message_id)
+            hex_id = f"{message_id.int:032x}"  # str(message_id), inline
+            id_text = f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
             own = message.headers
             if writer is None or not (type(own) is dict or isinstance(own, Mapping)):
                 headers_text = h.serialize_headers(own)  # raw, or the clear error for a non-mapping
@@ -111,7 +119,9 @@ class Outbox:
         the delayed ones. Returns the native Ids of the immediate ones."""
         if prepared.rows:
             if len(prepared.rows) == 1:
-                self.dialect.execute(cursor, "send", prepared.rows[0], **prepared.queue.ids)
+                row = prepared.rows[0]
+                statement = self._send if row["ttbr_ms"] is not None else self._send_untimed
+                cursor.execute(*self.dialect.prepare_statement(statement, row, prepared.queue.ids))
             else:
                 self.dialect.send_many(cursor, prepared.queue.address, prepared.rows)
         if prepared.delayed:

@@ -106,6 +106,8 @@ class TableQueue:
         #: The canonical address written in headers (``NServiceBus.FailedQ``, forward destinations, replies).
         self.wire = dialect.wire_address(address)
         self.ids = dialect.identifiers(address)
+        #: What a send to this queue is called in errors and logs (made once: sends are many).
+        self.sending = f"send to {self.name!r}"
 
     def __repr__(self) -> str:
         return f"TableQueue({self.name!r})"

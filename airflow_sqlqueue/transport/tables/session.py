@@ -65,24 +65,28 @@ class RetryPolicy:
         if self.breaker is not None:
             self.breaker.success()
 
-    def call(self, attempt: Callable[[], T], what: str) -> T:
-        """Run ``attempt`` until it returns or fails in a way this policy does not retry."""
+    def call(self, attempt: Callable[[], T], what: str, failed: Exception | None = None) -> T:
+        """Run ``attempt`` until it returns or fails in a way this policy does not retry; ``failed``: the
+        failure of an attempt the caller made already (counted as the first)."""
         failures = 0
         while True:
-            try:
-                result = attempt()
-            except Exception as exc:
-                failures += 1
-                pause = self.delay(exc, failures)
-                if pause is None:
-                    raise
-                kind = "deadlock in" if self.dialect.is_deadlock(exc) else "lost connection in"
-                log.warning("%s %s, retrying in %.2f s (%d): %s", kind, what or "transaction", pause, failures,
-                            first_line(exc))
-                time.sleep(pause)
-                continue
-            self.succeeded()
-            return result
+            if failed is None:
+                try:
+                    result = attempt()
+                except Exception as exc:
+                    failed = exc
+                else:
+                    self.succeeded()
+                    return result
+            failures += 1
+            pause = self.delay(failed, failures)
+            if pause is None:
+                raise failed
+            kind = "deadlock in" if self.dialect.is_deadlock(failed) else "lost connection in"
+            log.warning("%s %s, retrying in %.2f s (%d): %s", kind, what or "transaction", pause, failures,
+                        first_line(failed))
+            time.sleep(pause)
+            failed = None
 
 
 class LocalWrites:
@@ -92,16 +96,28 @@ class LocalWrites:
     def __init__(self) -> None:
         self._ended = threading.Condition()
         self.count = 0
+        self._waiting = 0  # watchers in ``wait``: with none, a write's end takes no lock
 
     def ended(self) -> None:
+        # The count first, then the look for waiters: a watcher that registers after that look finds the new
+        # count under the lock before it sleeps (the GIL orders the two threads' steps), so no wake-up is lost.
+        self.count += 1
+        if self._waiting:
+            self.notify()
+
+    def notify(self) -> None:
+        """Wake the watchers waiting in ``wait`` (after ``count`` moved)."""
         with self._ended:
-            self.count += 1
             self._ended.notify_all()
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Block until a write ends after ``seen`` (a ``count`` read before) or ``timeout`` passes."""
         with self._ended:
-            return self._ended.wait_for(lambda: self.count != seen, timeout)
+            self._waiting += 1
+            try:
+                return self._ended.wait_for(lambda: self.count != seen, timeout)
+            finally:
+                self._waiting -= 1
 
 
 #: The process's SQLite writes (every session's gate reports to it).
@@ -141,7 +157,9 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
-        LOCAL_WRITES.ended()
+        LOCAL_WRITES.count += 1  # LOCAL_WRITES.ended(), inline: once per write transaction
+        if LOCAL_WRITES._waiting:
+            LOCAL_WRITES.notify()
 
 
 class Session:
@@ -160,6 +178,8 @@ class Session:
         self._lock = threading.Lock()
         self._max_idle = max_idle
         self._gate = WriterGate(dialect.write_lock_wait, dialect.write_lock_timeout) if dialect.single_writer else None
+        #: Whether turning autocommit on and off does anything here (SQLite: a statement without BEGIN commits).
+        self._switch_autocommit = type(dialect).autocommit is not Dialect.autocommit
 
     # -- the pool -----------------------------------------------------------------------------------
     def _new(self) -> Any:
@@ -295,41 +315,63 @@ class Session:
             raise explained from exc
 
     def run_once(self, work: Callable[[Any], T], *, what: str = "",
-                 unknown: Callable[[BaseException], Exception] | None = None) -> T:
+                 unknown: Callable[[BaseException], Exception] | None = None, returns_rows: bool = True) -> T:
         """Run ``work(cursor)``, which must run ONE statement, in autocommit: the statement is its own transaction
         (one round trip, no BEGIN or COMMIT). Only where ``dialect.autocommit_statements`` is set.
 
         A deadlock or lock timeout failed the statement on the server (nothing was applied): retried as ``run``
         retries it. A connection lost once the statement may have left leaves its outcome unknown: never retried,
         ``unknown(exc)`` is raised (on a remote database; SQLite runs in the process and knows). Other driver
-        errors are explained as ``run`` explains them.
+        errors are explained as ``run`` explains them. ``returns_rows=False`` (an INSERT) says the cursor holds no
+        result afterwards: it is kept without a look.
         """
+        dialect, switch = self.dialect, self._switch_autocommit
 
         def attempt() -> T:
             gate = self._gate
             if gate is not None and not gate.enter():
                 gate = None  # this thread's own write is open: the database decides
             try:
-                connection = self.checkout()
+                with self._lock:  # checkout, inline (a call costs as much as the pool's work)
+                    connection = self._idle.pop() if self._idle else None
+                if connection is None:
+                    connection = self._new()
                 cursor = None
                 try:
-                    cursor = self._cursor(connection)
-                    self.dialect.autocommit(connection, True)
+                    entry = self._cursors.get(id(connection))
+                    cursor = entry[1] if entry is not None and entry[0] is connection else self._cursor(connection)
+                    if switch:
+                        dialect.autocommit(connection, True)
                     result = work(cursor)
-                    self.dialect.autocommit(connection, False)
+                    if switch:
+                        dialect.autocommit(connection, False)
                 except BaseException as exc:
-                    self.checkin(connection, isinstance(exc, Exception) and not self.dialect.is_connection_lost(exc)
-                                 and _autocommit_off(self.dialect, connection))
+                    self.checkin(connection, isinstance(exc, Exception) and not dialect.is_connection_lost(exc)
+                                 and _autocommit_off(dialect, connection))
                     raise
             finally:
                 if gate is not None:
                     gate.leave()
-            self.release_cursor(connection, cursor)
-            self.checkin(connection)
+            if returns_rows:
+                self.release_cursor(connection, cursor)
+            with self._lock:  # checkin, inline
+                if len(self._idle) < self._max_idle:
+                    self._idle.append(connection)
+                    return result
+            self.checkin(connection, False)  # the pool is full: closed
             return result
 
+        failed: Exception | None = None
+        try:  # the first attempt without the retry loop's frame (one statement: most calls end here)
+            result = attempt()
+        except Exception as exc:
+            failed = exc
         try:
-            return self.retry.call(attempt, what)
+            if failed is None:
+                if self.retry.breaker is not None:  # retry.succeeded(), inline
+                    self.retry.breaker.success()
+                return result
+            return self.retry.call(attempt, what, failed)
         except Exception as exc:
             if unknown is not None and self.dialect.remote and self.dialect.is_connection_lost(exc):
                 raise unknown(exc) from exc

@@ -53,6 +53,11 @@ VALUES (
     %(headers)s,
     COALESCE(%(body)s, X''))
 
+-- send_untimed --
+-- Insert one message that has no time to be received (Expires stays NULL): the common send, three values. The
+-- body is never NULL here (a send writes an empty body as empty bytes).
+INSERT INTO {queue} (id, headers, body) VALUES (%(id)s, %(headers)s, %(body)s)
+
 -- insert_raw --
 -- Copy a row (same Id, no Expires): error queue moves, retries, forwards, the delayed mover. Inserts nothing when
 -- the table already holds that Id (the caller then inserts it under a new Id); a NULL body is written as empty bytes.
@@ -68,10 +73,11 @@ VALUES (%(headers)s, COALESCE(%(body)s, X''),
 -- receive_batch --
 -- Delete up to %(batch_size)s of the oldest rows and return them. Expired compares as dates (julianday), so an
 -- Expires written by another program in another date format (ISO 8601 with T and Z, an offset) is read right,
--- and one that is no date at all (NULL from julianday) is never taken for expired.
+-- and one that is no date at all (NULL from julianday) is never taken for expired. A row without Expires (most
+-- rows) skips both date parses.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
-RETURNING id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
+RETURNING id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expires) <= julianday('now'), 0) END AS expired,
           headers, body
 
 -- receive_range --
@@ -89,19 +95,19 @@ SELECT (SELECT min(seq) FROM {queue}), (SELECT max(seq) FROM {queue})
 
 -- lock_batch --
 -- Read up to %(batch_size)s of the oldest rows (the write lock taken by BEGIN IMMEDIATE holds them).
-SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
+SELECT id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expires) <= julianday('now'), 0) END AS expired,
        headers, body
 FROM {queue} ORDER BY seq LIMIT %(batch_size)s
 
 -- lock_after --
 -- Read rows after a position, oldest first, under the transaction's write lock.
-SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
+SELECT id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expires) <= julianday('now'), 0) END AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
 -- browse --
 -- Read rows after a position without deleting them.
-SELECT id, seq, COALESCE(julianday(expires) <= julianday('now'), 0) AS expired,
+SELECT id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expires) <= julianday('now'), 0) END AS expired,
        headers, body
 FROM {queue} WHERE seq > %(after_seq)s ORDER BY seq LIMIT %(batch_size)s
 
