@@ -6,6 +6,7 @@ The operators (manifest in the task state store, crash and resume) are tested in
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -123,3 +124,24 @@ def test_a_partition_of_another_queue_is_refused(queues) -> None:
 def test_a_malformed_partition_gets_a_clear_error(value, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Partition.from_dict(value)
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_partition_judges_expiry_as_every_receive_does(queues) -> None:
+    """A partition's claim (``receive_range``) reads Expires as a date, as ``receive_batch`` does: an Expires another
+    program wrote with an offset that is an hour past is expired, though as text it sorts after now; one that is no
+    date at all is never taken for expired."""
+    t, q = queues.transport, queues.q("orders")
+    past_with_offset = (datetime.now(timezone.utc) + timedelta(hours=4)).strftime("%Y-%m-%d %H:%M:%S+05:00")
+    future = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rows = [(f"00000000-0000-0000-0000-00000000000{i}", expires, f"m{i}")
+            for i, expires in enumerate([past_with_offset, future, "not a date", None])]
+    for row_id, expires, body in rows:
+        queues.sql(f"INSERT INTO {q} (id, expires, headers, body) VALUES (?, ?, '{{}}', ?)",  # noqa: S608
+                   (row_id, expires, body.encode()))
+    [partition] = t.plan_partitions(q, partitions=1)
+    delivered: list[bytes] = []
+    t.drain(q, lambda messages: delivered.extend(m.body for m in messages) or len(messages), batch_size=10,
+            partition=partition)
+    assert delivered == [b"m1", b"m2", b"m3"]  # m0 expired and dropped; the rest delivered
+    assert t.peek(q) == 0

@@ -211,7 +211,7 @@ WITH message AS (
 DELETE FROM message
 OUTPUT deleted.Id,
        deleted.RowVersion,
-       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires < GETUTCDATE() THEN 1 ELSE 0 END,
+       CASE WHEN deleted.Expires IS NULL THEN 0 WHEN deleted.Expires <= GETUTCDATE() THEN 1 ELSE 0 END,
        deleted.Headers,
        deleted.Body
 

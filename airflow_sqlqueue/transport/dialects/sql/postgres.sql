@@ -117,7 +117,7 @@ RETURNING id::text, seq, (expires IS NOT NULL AND expires <= (statement_timestam
 DELETE FROM {queue}
 WHERE seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
                       ORDER BY seq LIMIT %(batch_size)s FOR UPDATE SKIP LOCKED))
-RETURNING id::text, seq, (expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
+RETURNING id::text, seq, (expires IS NOT NULL AND expires <= (statement_timestamp() AT TIME ZONE 'UTC')) AS expired, headers, body
 
 -- seq_bounds --
 -- Oldest and newest positions (two index seeks, no locks; NULLs when empty): what a partitioned drain splits.

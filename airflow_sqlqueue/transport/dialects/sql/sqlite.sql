@@ -82,11 +82,11 @@ RETURNING id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expi
 
 -- receive_range --
 -- Delete up to %(batch_size)s of the oldest rows with %(first_seq)s <= seq <= %(last_seq)s and return them: one
--- partition of a partitioned drain (the range keeps partitions disjoint).
+-- partition of a partitioned drain (the range keeps partitions disjoint). Expired as in receive_batch.
 DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} WHERE seq BETWEEN %(first_seq)s AND %(last_seq)s
               ORDER BY seq LIMIT %(batch_size)s)
-RETURNING id, seq, (expires IS NOT NULL AND expires < strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')) AS expired,
+RETURNING id, seq, CASE WHEN expires IS NULL THEN 0 ELSE COALESCE(julianday(expires) <= julianday('now'), 0) END AS expired,
           headers, body
 
 -- seq_bounds --
