@@ -152,3 +152,29 @@ def test_the_newest_rows_retried_do_not_make_the_next_read_count_everything_agai
     groups, state = errors.summary_groups()
     assert state.rebuilt_at == before.rebuilt_at and state.high_water == before.high_water
     assert sum(g["count"] for g in groups) == 19 and state.drift == 0
+
+
+def test_a_page_read_counts_a_bounded_number_of_new_rows_and_the_rest_in_the_background(
+        db: Db, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary_module, "READ_CATCH_UP_ROWS", 10)
+    monkeypatch.setattr(summary_module.ErrorGroupSummary.read, "__defaults__", (10,))
+    monkeypatch.setattr(summary_module, "BACKGROUND_CATCH_UP_ROWS", 7)
+    fill(db, 5)
+    assert failed.failed_groups(db.transport, db.q("error"))["total"] == 5
+    insert_as_dotnet(db, 40)
+    started: list[Any] = []
+    real = summary_module.ErrorGroupSummary.in_background
+
+    def spy(self: Any, **kw: Any) -> Any:
+        started.append(kw)
+        return real(self, **kw)
+
+    monkeypatch.setattr(summary_module.ErrorGroupSummary, "in_background", spy)
+    data = failed.failed_groups(db.transport, db.q("error"), by="all")
+    assert data["total"] == 45  # every row in the total at once, counted in groups or behind
+    assert started and started[0]["catch_up"] is True
+    summary_module.wait_for_checks(30)
+    done = failed.failed_groups(db.transport, db.q("error"), by="all")
+    assert done["summary"]["behind"] == 0 and done["total"] == done["grouped"] == 45
+    assert {(g["failed_q"], g["exception_type"], g["message_type"]): g["count"]
+            for g in db.transport.errors(db.q("error")).summary_groups()[0]} == scanned(db)

@@ -207,8 +207,9 @@ class ErrorQueue:
         if complete:
             self.summary.catch_up()
             catch_up_rows = 0
-        state = self.summary.read(check=check) if catch_up_rows is None else self.summary.read(catch_up_rows,
-                                                                                              check=check)
+        background = catch_up_rows is None  # a page's read: what it leaves behind is counted in the background
+        state = self.summary.read(check=check, background=True) if background else self.summary.read(
+            catch_up_rows, check=check)
         if state.drift and state.rows <= REBUILD_INLINE_ROWS:
             log.warning("error groups of %s disagree with the queue by %d rows: counted again", self.name,
                         state.drift)
