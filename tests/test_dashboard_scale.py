@@ -168,6 +168,9 @@ def test_a_million_failed_messages_on_postgresql() -> None:  # noqa: PLR0915
         assert first_load["total"] == first_load["grouped"] == transport.count(error)
         kept = timed(figures, "groups, again", lambda: failed.failed_groups(transport, error, by="all"))
         assert sum(g["count"] for g in kept["groups"]) == kept["total"]
+        rows, drift = timed(figures, "drift check (exact count: in the background at most every 60 s, or on "
+                                     "recount; never on a page's path)", errors.summary.check)
+        assert drift == 0 and rows == kept["total"]
         again = failed.failed_messages(transport, error, after_seq=500_000, limit=5, where=FailedFilter())["messages"]
         timed(figures, "retry 1 (summary kept in its transaction)", lambda: errors.retry([Position(again[0]["seq"],
                                                                                                    again[0]["id"])]))

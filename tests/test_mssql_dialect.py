@@ -51,7 +51,8 @@ POSTGRES_ONLY = ({*POSTGRES.notify_ddl, "notify_installed", "listen", "relation_
                   "move_due_delayed_legacy", "notify_function_of",
                   "wake_peek",  # the coalescing wake-up's look at the queue (push wake-ups)
                   "receive_after",  # receivers past their last row: PostgreSQL only (dead index entries)
-                  "error_groups_merge_range"}  # a catch-up in one statement; SQL Server adds group by group
+                  "error_groups_merge_range",  # a catch-up in one statement; SQL Server adds group by group
+                  "error_groups_fields"}  # its fields and error_groups_range's: one fragment, filled at load
                  | {n for n in POSTGRES.statements if n.startswith(("migrate_", "wake_lock_"))})  # push wake-ups
 
 

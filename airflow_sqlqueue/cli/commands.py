@@ -291,7 +291,7 @@ def error_groups(transport: SqlQueueTransport, args: argparse.Namespace) -> int:
     _require(transport, [transport.name(transport.error_queue)])
     summary = transport.errors().summary
     counted = summary.rebuild() if args.rebuild else summary.catch_up()
-    state = summary.read(catch_up_rows=0)
+    state = summary.read(catch_up_rows=0, check=True)  # the exact count, at once
     result = {"error_queue": summary.name, "rebuilt": bool(args.rebuild), "counted_now": counted,
               "rows": state.rows, "grouped": state.counted, "groups": len(state.groups), "behind": state.behind,
               "drift": state.drift, "high_water": state.high_water}

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.errorqueue.previews import MAX_GROUPS, FailedFilter, Position
+from airflow_sqlqueue.transport.errorqueue.summary import CHECK_SECONDS
 
 from .queues import canonical
 
@@ -87,32 +88,26 @@ def ranged_groups(transport: SqlQueueTransport, error_queue: str, cache_key: str
     return ordered, sum(counts.values())
 
 
-#: A queue of at most this many rows whose summary disagrees with it is counted again at once (larger ones: the
-#: maintenance rebuild, ``sqlqueue error-groups --rebuild``; the answer says by how much they disagree).
-REBUILD_INLINE_ROWS = 20_000
-
-
-def summary_groups(transport: SqlQueueTransport, error_queue: str) -> tuple[list[dict[str, Any]], int,
-                                                                            dict[str, Any]]:
-    """The groups from the error groups summary tables (``transport.errorqueue.summary``): a bounded catch-up of the
-    rows above the high water, then a few rows read; (groups, exact row count, what the summary says of itself).
-    A small queue whose counts disagree with it (rows taken out by another program) is counted again at once."""
-    errors = transport.errors(error_queue)
-    groups, state = errors.summary_groups()
-    if state.drift and state.rows <= REBUILD_INLINE_ROWS:
-        groups, state = errors.summary_groups()  # a retry committed between two reads: look once more
-        if state.drift:
-            log.warning("error groups of %s disagree with the queue by %d rows: counted again", errors.name,
-                        state.drift)
-            errors.summary.rebuild()
-            groups, state = errors.summary_groups()
+def summary_groups(transport: SqlQueueTransport, error_queue: str, *, complete: bool = False,
+                   check: bool | None = None) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    """The groups from the error groups summary tables (``transport.errorqueue.summary``); (groups, row count, what
+    the summary says of itself). The page and the batched retry's to-do both read them here
+    (``ErrorQueue.summary_groups``): a bounded catch-up of the rows above the high water (``complete``: every one),
+    a few rows read, and the drift check as ``check`` says (None: at once for a small queue, in the background at
+    most every ``CHECK_SECONDS`` for a large one; True: at once, the page's "count again"). A small queue whose
+    counts disagree with it (rows taken out by another program) is counted again at once. The row count is exact
+    when the drift check found none since (``summary.checked_at``)."""
+    groups, state = transport.errors(error_queue).summary_groups(complete=complete, check=check)
     info = {"high_water": state.high_water, "behind": state.behind, "drift": state.drift,
-            "rebuilt_at": state.rebuilt_at, "caught_up_at": state.caught_up_at}
+            "rebuilt_at": state.rebuilt_at, "caught_up_at": state.caught_up_at, "checked_at": state.checked_at,
+            "checked_seconds_ago": None if state.checked_age is None else round(state.checked_age, 1),
+            "check_every_seconds": CHECK_SECONDS}
     return groups, state.rows, info
 
 
 def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exception_type",
-                  cache_key: str | None = None, *, use_summary: bool = True) -> dict[str, Any]:
+                  cache_key: str | None = None, *, use_summary: bool = True, check: bool | None = None
+                  ) -> dict[str, Any]:
     """Groups over the whole error queue (count, first and last failure), largest first; ``total`` is exact.
     They come from the error groups summary (``summary_groups``; ``summary`` says how far it is behind or off);
     where its tables cannot be made or written (a read-only login) they are counted per range of positions and kept
@@ -129,7 +124,7 @@ def failed_groups(transport: SqlQueueTransport, error_queue: str, by: str = "exc
     total: int | None = None
     if use_summary:
         try:
-            raw, total, info = summary_groups(transport, error_queue)
+            raw, total, info = summary_groups(transport, error_queue, check=check)
         except Exception:  # noqa: BLE001 - no right to make or write the summary tables: count as before
             log.warning("error groups summary of %s cannot be used; counting the groups from the queue", error_queue,
                         exc_info=True)

@@ -18,7 +18,7 @@ from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.errorqueue.previews import FILTER_FIELDS, FailedFilter, FailedPreview, Position, preview
 
 from . import retry_history
-from .failed import GROUP_BY, failed_groups
+from .failed import GROUP_BY, failed_groups, summary_groups
 from .queues import canonical
 
 #: The largest group returned in one request (a batched retry handles more, as a DAG run).
@@ -34,14 +34,15 @@ class CountChangedError(ValueError):
 
 def group_span(transport: SqlQueueTransport, error_queue: str, where: FailedFilter
                ) -> tuple[int, int, int | None] | None:
-    """(messages, after, through) of the group ``where`` from the error groups summary: its count and the positions
-    its rows lie within (the first and last position counted into it, and every position above the high water);
-    None when the summary cannot tell (it cannot be used, or it disagrees with the queue)."""
+    """(messages, after, through) of the group ``where`` from the error groups summary (read as the page reads it:
+    ``failed.summary_groups``): its count and the positions its rows lie within (the first and last position
+    counted into it, and every position above the high water); None when the summary cannot tell (it cannot be
+    used, or its last drift check found it disagrees with the queue)."""
     try:
-        groups, state = transport.errors(error_queue).summary_groups()
+        groups, _, info = summary_groups(transport, error_queue)
     except Exception:  # noqa: BLE001 - no right to use the summary tables: the caller counts from the queue
         return None
-    if state.drift:
+    if info["drift"]:
         return None
     count, first, last = 0, None, None
     for group in groups:
@@ -54,7 +55,7 @@ def group_span(transport: SqlQueueTransport, error_queue: str, where: FailedFilt
         count += group["count"]
         first = group["first_seq"] if first is None else min(first, group["first_seq"])
         last = group["last_seq"] if last is None else max(last, group["last_seq"])
-    if state.behind:
+    if info["behind"]:
         return count, 0 if first is None else first - 1, None
     return count, 0 if first is None else first - 1, last if last is not None else 0
 
@@ -182,11 +183,12 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-def group_cards(transport: SqlQueueTransport, error_queue: str, conn_id: str, by: str) -> dict[str, Any]:
+def group_cards(transport: SqlQueueTransport, error_queue: str, conn_id: str, by: str,
+                check: bool | None = None) -> dict[str, Any]:
     """The groups of :func:`failed_groups` with, for each, when it was last retried (by whom, through which run)
     and how many of its messages failed again after a retry (of the retries of the last
-    :data:`retry_history.CARD_DAYS` days)."""
-    data = failed_groups(transport, error_queue, by=by)
+    :data:`retry_history.CARD_DAYS` days). ``check``: the drift check (True: at once, the page's "count again")."""
+    data = failed_groups(transport, error_queue, by=by, check=check)
     keys = GROUP_BY[by]
     recent = retry_history.recent_retries(conn_id)
     for group in data["groups"]:

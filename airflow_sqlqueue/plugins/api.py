@@ -294,13 +294,14 @@ def create_app() -> FastAPI:
 
     @app.get("/api/connections/{conn_id}/failed/groups", response_model=models.Groups, responses=PROBLEMS)
     def failed_groups(conn_id: str, user: ReaderDep,
-                      by: Literal["exception_type", "message_type", "failed_q", "all"] = "exception_type"
-                      ) -> dict[str, Any]:
+                      by: Literal["exception_type", "message_type", "failed_q", "all"] = "exception_type",
+                      recount: bool = False) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
                 return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
-                        **failed.failed_groups(transport, conn.error_queue, by, cache_key=conn_id)}
+                        **failed.failed_groups(transport, conn.error_queue, by, cache_key=conn_id,
+                                               check=True if recount else None)}
 
         return _guard(conn_id, work)
 

@@ -59,12 +59,13 @@ def groups_router(guard: Callable[[str, Callable[[], Any]], Any],
     @router.get("/api/connections/{conn_id}/failed/group-cards", response_model=models.GroupCards,
                 responses=problems)
     def cards(conn_id: str, user: ReaderDep,
-              by: Annotated[Literal["exception_type", "message_type", "failed_q", "all"], Query()] = "exception_type"
-              ) -> dict[str, Any]:
+              by: Annotated[Literal["exception_type", "message_type", "failed_q", "all"], Query()] = "exception_type",
+              recount: Annotated[bool, Query()] = False) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             conn = sources.configured_connection(sources.dashboard_config(), conn_id)
             with sources.open_transport(conn_id, conn.error_queue) as transport:
-                data = group_actions.group_cards(transport, transport.name(conn.error_queue), conn_id, by)
+                data = group_actions.group_cards(transport, transport.name(conn.error_queue), conn_id, by,
+                                                 check=True if recount else None)
             return {"conn_id": conn_id, "can_edit": can_edit(user, conn_id),
                     "max_return": group_actions.MAX_RETURN, **data}
 

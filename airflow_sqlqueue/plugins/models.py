@@ -88,13 +88,17 @@ class Group(Answer):
 
 class GroupSummary(Answer):
     """What the error groups summary says of itself: the highest position counted, rows above it not counted yet,
-    rows the queue holds minus rows counted (0: they agree), when rebuilt and caught up."""
+    rows the queue holds minus rows counted (0: they agree) as the last drift check found, when rebuilt, caught up
+    and last checked (None: not yet), and how often a large queue is checked (a small one: on every read)."""
 
     high_water: int
     behind: int
     drift: int
     rebuilt_at: str | None
     caught_up_at: str | None
+    checked_at: str | None = None
+    checked_seconds_ago: float | None = None
+    check_every_seconds: float | None = None
 
 
 class Groups(Answer):

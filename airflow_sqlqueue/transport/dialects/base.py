@@ -6,11 +6,11 @@ Nothing above a dialect writes SQL: operations ask for statements by name and pa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ..common.errors import UnsupportedConnectionError
 from ..wire.address import QueueAddress
@@ -109,10 +109,17 @@ class Dialect:
     #: rows receives delete stay in the seq index until a vacuum (PostgreSQL's MVCC), so a receive from the head
     #: walks them all while a long transaction holds them there.
     bounded_receives: bool = False
+    #: ``{slot}: fragment statement``: slots filled with the text of a fragment of the same file when it is loaded
+    #: (one text shared by several statements, its parameters theirs); the fragment is never run alone.
+    fragment_slots: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, paramstyle: str = "pyformat") -> None:
         self.paramstyle = paramstyle
         self.statements: dict[str, Statement] = _load(self.sql_file)
+        for slot, fragment in self.fragment_slots.items():
+            for name, statement in list(self.statements.items()):
+                if slot in statement.slot_names:
+                    self.statements[name] = statement.filled(slot, self.statements[fragment])
         self._filled: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # (statement, identifiers) -> see _fill
         self._identifiers: dict[QueueAddress, dict[str, str]] = {}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import select
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from ..common.errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
 from ..wire.address import QueueAddress, format_postgres, parse_postgres
@@ -77,6 +77,7 @@ class PostgresDialect(Dialect):
 
     autocommit_statements = True
     bounded_receives = True
+    fragment_slots: ClassVar[Mapping[str, str]] = {"group_fields": "error_groups_fields"}
     send_many_is_one_statement = True
 
     def __init__(self, paramstyle: str = "pyformat") -> None:

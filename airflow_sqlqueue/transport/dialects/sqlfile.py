@@ -102,6 +102,15 @@ class Statement:
         return Statement(f"{self.name}[{count}]", self.description, text)
 
 
+    def filled(self, slot: str, fragment: Statement) -> Statement:
+        """This statement with ``{slot}`` replaced by the text of ``fragment`` verbatim (its markers kept: the
+        statement and the fragment share their parameters). For a fragment written once and used by several
+        statements of the file (see ``Dialect.fragment_slots``)."""
+        if "{" + slot + "}" not in self.text:
+            raise ValueError(f"{self.name}: no {{{slot}}} slot to fill with {fragment.name}")
+        return Statement(self.name, self.description, self.text.replace("{" + slot + "}", fragment.text))
+
+
 def numbered(rows: list[Mapping[str, object]]) -> dict[str, object]:
     """The parameters of a :meth:`Statement.repeated` statement: row ``i``'s ``name`` as ``name_i``."""
     return {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}

@@ -44,7 +44,7 @@ from .previews import (
     preview,
 )
 from .redirects import RetryRedirects
-from .summary import ErrorGroupSummary, SummaryState
+from .summary import REBUILD_INLINE_ROWS, ErrorGroupSummary, SummaryState
 
 log = logging.getLogger(__name__)
 #: Above this many rows (as the database estimates them) the error queue's depth is the estimate, not a count.
@@ -196,16 +196,25 @@ class ErrorQueue:
                            "count": int(count), "first_failure": texts[3], "last_failure": texts[4]})
         return groups
 
-    def summary_groups(self, catch_up_rows: int | None = None, *, complete: bool = False
-                       ) -> tuple[list[dict[str, Any]], SummaryState]:
+    def summary_groups(self, catch_up_rows: int | None = None, *, complete: bool = False,
+                       check: bool | None = None) -> tuple[list[dict[str, Any]], SummaryState]:
         """The groups as the summary tables count them (after a bounded catch-up: see ``summary``), in the shape of
         ``groups``, with the summary's state (rows behind, drift). ``complete``: count every row above the high
-        water first (for a total that must include every message, not a page's quick answer)."""
+        water first (for a total that must include every message, not a page's quick answer). ``check``: the
+        drift check (``ErrorGroupSummary.read``; None: at once for a small queue, else in the background at most
+        every ``CHECK_SECONDS``). A queue of at most ``REBUILD_INLINE_ROWS`` rows whose summary disagrees with it
+        (rows taken out by another program) is counted again at once."""
         if complete:
             self.summary.catch_up()
-            state = self.summary.read(0)
-        else:
-            state = self.summary.read() if catch_up_rows is None else self.summary.read(catch_up_rows)
+            catch_up_rows = 0
+        background = catch_up_rows is None  # a page's read: what it leaves behind is counted in the background
+        state = self.summary.read(check=check, background=True) if background else self.summary.read(
+            catch_up_rows, check=check)
+        if state.drift and state.rows <= REBUILD_INLINE_ROWS:
+            log.warning("error groups of %s disagree with the queue by %d rows: counted again", self.name,
+                        state.drift)
+            self.summary.rebuild()
+            state = self.summary.read(0, check=check)
         groups = []
         for failed_q, exception_type, message_type, count, first, last, first_seq, last_seq in state.groups:
             texts = [clean_text(self.dialect.header_field(v))[0]

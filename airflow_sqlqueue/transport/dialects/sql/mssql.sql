@@ -637,12 +637,14 @@ CREATE TABLE {groups} (
 CREATE INDEX {groups_index} ON {groups} (ErrorQueue)
 
 -- create_error_groups_state_table --
--- One row per error queue: the highest RowVersion counted into its groups, when they were last rebuilt and caught up. Run only after table_exists said no.
+-- One row per error queue: the highest RowVersion counted into its groups, when they were last rebuilt and caught up, and when the groups were last compared with an exact count of the queue (the drift check) and what it found. Run only after table_exists said no.
 CREATE TABLE {state} (
     ErrorQueue nvarchar(450) NOT NULL PRIMARY KEY,
     HighWater bigint NOT NULL,
     RebuiltAt datetime2 NOT NULL DEFAULT SYSUTCDATETIME(),
-    CaughtUpAt datetime2 NULL
+    CaughtUpAt datetime2 NULL,
+    CheckedAt datetime2 NULL,
+    Drift bigint NULL
 )
 
 -- error_groups_state_insert --
@@ -660,8 +662,10 @@ SELECT HighWater FROM {state} WITH (UPDLOCK, ROWLOCK, HOLDLOCK) WHERE ErrorQueue
 SELECT HighWater FROM {state} WITH (REPEATABLEREAD, ROWLOCK) WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_read --
--- The high water and when the groups were last rebuilt and caught up (no lock).
-SELECT HighWater, CONVERT(nvarchar(19), RebuiltAt, 126) + 'Z', CONVERT(nvarchar(19), CaughtUpAt, 126) + 'Z'
+-- The high water, when the groups were last rebuilt and caught up, when they were last compared with an exact count, the drift that count found and its age in seconds (no lock).
+SELECT HighWater, CONVERT(nvarchar(19), RebuiltAt, 126) + 'Z', CONVERT(nvarchar(19), CaughtUpAt, 126) + 'Z',
+       CONVERT(nvarchar(19), CheckedAt, 126) + 'Z', Drift,
+       CAST(DATEDIFF(second, CheckedAt, SYSUTCDATETIME()) AS float)
 FROM {state} WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_set --
@@ -669,8 +673,20 @@ FROM {state} WHERE ErrorQueue = %(error_queue)s
 UPDATE {state} SET HighWater = %(high_water)s, CaughtUpAt = SYSUTCDATETIME() WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_rebuilt --
--- A rebuild starts: nothing counted.
-UPDATE {state} SET HighWater = 0, RebuiltAt = SYSUTCDATETIME(), CaughtUpAt = NULL WHERE ErrorQueue = %(error_queue)s
+-- A rebuild starts: nothing counted (so nothing counted wrongly: no drift as of now).
+UPDATE {state} SET HighWater = 0, RebuiltAt = SYSUTCDATETIME(), CaughtUpAt = NULL, CheckedAt = SYSUTCDATETIME(), Drift = 0
+WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_checked --
+-- The groups were just compared with an exact count of the queue: the rows they miss (%(drift)s, 0: they agree).
+UPDATE {state} SET CheckedAt = SYSUTCDATETIME(), Drift = %(drift)s WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_check --
+-- The drift check, one statement: the queue's rows (a count of every row: never on a page's path), the rows its groups count, and the rows above the high water (READPAST as count_and_last).
+SELECT (SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)),
+       (SELECT COALESCE(SUM(MessageCount), 0) FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0),
+       (SELECT COUNT_BIG(*) FROM {queue} WITH (READPAST)
+        WHERE RowVersion > (SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s))
 
 -- error_groups_clear --
 -- Forget every group of one error queue (a rebuild).

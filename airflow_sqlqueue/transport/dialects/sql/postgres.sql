@@ -654,12 +654,15 @@ CREATE TABLE IF NOT EXISTS {groups} (
 CREATE INDEX IF NOT EXISTS {groups_index} ON {groups} (error_queue)
 
 -- create_error_groups_state_table --
--- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up.
+-- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up,
+-- and when the groups were last compared with an exact count of the queue (the drift check) and what it found.
 CREATE TABLE IF NOT EXISTS {state} (
     error_queue varchar(450) NOT NULL PRIMARY KEY,
     high_water bigint NOT NULL,
     rebuilt_at timestamp NOT NULL DEFAULT (now() AT TIME ZONE 'utc'),
-    caught_up_at timestamp NULL
+    caught_up_at timestamp NULL,
+    checked_at timestamp NULL,
+    drift bigint NULL
 )
 
 -- error_groups_state_insert --
@@ -676,8 +679,11 @@ SELECT high_water FROM {state} WHERE error_queue = %(error_queue)s FOR UPDATE
 SELECT high_water FROM {state} WHERE error_queue = %(error_queue)s FOR SHARE
 
 -- error_groups_state_read --
--- The high water and when the groups were last rebuilt and caught up (no lock).
-SELECT high_water, to_char(rebuilt_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), to_char(caught_up_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+-- The high water, when the groups were last rebuilt and caught up, when they were last compared with an exact count,
+-- the drift that count found and its age in seconds (the database's clock; no lock).
+SELECT high_water, to_char(rebuilt_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), to_char(caught_up_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       to_char(checked_at, 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), drift,
+       EXTRACT(EPOCH FROM (now() AT TIME ZONE 'utc') - checked_at)::float8
 FROM {state} WHERE error_queue = %(error_queue)s
 
 -- error_groups_state_set --
@@ -686,9 +692,21 @@ UPDATE {state} SET high_water = %(high_water)s, caught_up_at = now() AT TIME ZON
 WHERE error_queue = %(error_queue)s
 
 -- error_groups_state_rebuilt --
--- A rebuild starts: nothing counted.
-UPDATE {state} SET high_water = 0, rebuilt_at = now() AT TIME ZONE 'utc', caught_up_at = NULL
+-- A rebuild starts: nothing counted (so nothing counted wrongly: no drift as of now).
+UPDATE {state} SET high_water = 0, rebuilt_at = now() AT TIME ZONE 'utc', caught_up_at = NULL,
+                   checked_at = now() AT TIME ZONE 'utc', drift = 0
 WHERE error_queue = %(error_queue)s
+
+-- error_groups_checked --
+-- The groups were just compared with an exact count of the queue: the rows they miss (%(drift)s, 0: they agree).
+UPDATE {state} SET checked_at = now() AT TIME ZONE 'utc', drift = %(drift)s WHERE error_queue = %(error_queue)s
+
+-- error_groups_check --
+-- The drift check, one statement (one snapshot): the queue's rows (an index-only count of every row: the one
+-- O(rows) read of the summary, never on a page's path), the rows its groups count, and the rows above the high water.
+SELECT (SELECT count(*) FROM {queue}),
+       (SELECT COALESCE(sum(message_count), 0) FROM {groups} WHERE error_queue = %(error_queue)s AND message_count > 0),
+       (SELECT count(*) FROM {queue} WHERE seq > (SELECT high_water FROM {state} WHERE error_queue = %(error_queue)s))
 
 -- error_groups_clear --
 -- Forget every group of one error queue (a rebuild).
@@ -731,19 +749,26 @@ WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q
   AND exception_type IS NOT DISTINCT FROM %(exception_type)s::text AND message_type IS NOT DISTINCT FROM %(message_type)s::text
   AND message_count > 0
 
+-- error_groups_fields --
+-- The group fields of one row of {queue}, read exactly as failed_groups reads them: FailedQ, exception type, message
+-- type, time of failure. A fragment, never run alone: the {group_fields} slot of error_groups_range,
+-- error_groups_merge_range and error_group_of is filled with it when the file is loaded (one text: they can never
+-- read a header differently).
+COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
+                NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
+       COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
+                NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
+       left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
+                NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
+       COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
+                NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+
 -- error_groups_range --
 -- The groups of the rows after %(after_seq)s up to %(through_seq)s (what a catch-up or rebuild counts), the fields
 -- read exactly as failed_groups reads them.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure), min(seq), max(seq)
 FROM (
-    SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
-                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
-           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+    SELECT seq, {group_fields}
     FROM {queue}
     WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
@@ -756,14 +781,7 @@ WITH r AS (
     SELECT failed_q, exception_type, message_type, count(*) AS n, min(time_of_failure) AS first_failure,
            max(time_of_failure) AS last_failure, min(seq) AS first_seq, max(seq) AS last_seq
     FROM (
-        SELECT seq, COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
-                        NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
-               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
-                        NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
-               left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
-                        NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
-               COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
-                        NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+        SELECT seq, {group_fields}
         FROM {queue}
         WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
     ) AS f
@@ -799,14 +817,9 @@ WITH r AS (
 SELECT COALESCE(sum(n), 0) FROM r
 
 -- error_group_of --
--- The group of one row addressed by position and Id (fields as error_groups_range reads them), the row locked: the
--- retry or delete about to take it out says which group counts one less.
-SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
-                NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')),
-       COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
-                NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')),
-       left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
-                NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300)
+-- The group of one row addressed by position and Id (the fields of error_groups_range, the time of failure last), the
+-- row locked: the retry or delete about to take it out says which group counts one less.
+SELECT {group_fields}
 FROM {queue} WHERE seq = %(seq)s AND id::text = %(id)s FOR UPDATE
 
 -- count_above --

@@ -436,12 +436,15 @@ CREATE TABLE IF NOT EXISTS {groups} (
 CREATE INDEX IF NOT EXISTS {groups_index} ON {groups} (ErrorQueue)
 
 -- create_error_groups_state_table --
--- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up.
+-- One row per error queue: the highest position counted into its groups, when they were last rebuilt and caught up,
+-- and when the groups were last compared with an exact count of the queue (the drift check) and what it found.
 CREATE TABLE IF NOT EXISTS {state} (
     ErrorQueue varchar(450) NOT NULL PRIMARY KEY,
     HighWater INTEGER NOT NULL,
     RebuiltAt text NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now')),
-    CaughtUpAt text NULL
+    CaughtUpAt text NULL,
+    CheckedAt text NULL,
+    Drift INTEGER NULL
 )
 
 -- error_groups_state_insert --
@@ -457,8 +460,10 @@ SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s
 SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_read --
--- The high water and when the groups were last rebuilt and caught up.
-SELECT HighWater, RebuiltAt, CaughtUpAt FROM {state} WHERE ErrorQueue = %(error_queue)s
+-- The high water, when the groups were last rebuilt and caught up, when they were last compared with an exact count,
+-- the drift that count found and its age in seconds.
+SELECT HighWater, RebuiltAt, CaughtUpAt, CheckedAt, Drift, (julianday('now') - julianday(CheckedAt)) * 86400.0
+FROM {state} WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_set --
 -- Everything up to %(high_water)s is counted.
@@ -466,9 +471,22 @@ UPDATE {state} SET HighWater = %(high_water)s, CaughtUpAt = strftime('%%Y-%%m-%%
 WHERE ErrorQueue = %(error_queue)s
 
 -- error_groups_state_rebuilt --
--- A rebuild starts: nothing counted.
-UPDATE {state} SET HighWater = 0, RebuiltAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now'), CaughtUpAt = NULL
+-- A rebuild starts: nothing counted (so nothing counted wrongly: no drift as of now).
+UPDATE {state} SET HighWater = 0, RebuiltAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now'), CaughtUpAt = NULL,
+                   CheckedAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'), Drift = 0
 WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_checked --
+-- The groups were just compared with an exact count of the queue: the rows they miss (%(drift)s, 0: they agree).
+UPDATE {state} SET CheckedAt = strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'), Drift = %(drift)s
+WHERE ErrorQueue = %(error_queue)s
+
+-- error_groups_check --
+-- The drift check, one statement (one read transaction): the queue's rows (a count of every row: never on a page's
+-- path), the rows its groups count, and the rows above the high water.
+SELECT (SELECT count(*) FROM {queue}),
+       (SELECT COALESCE(sum(MessageCount), 0) FROM {groups} WHERE ErrorQueue = %(error_queue)s AND MessageCount > 0),
+       (SELECT count(*) FROM {queue} WHERE seq > (SELECT HighWater FROM {state} WHERE ErrorQueue = %(error_queue)s))
 
 -- error_groups_clear --
 -- Forget every group of one error queue (a rebuild).
