@@ -265,3 +265,27 @@ def test_a_claims_delete_leaves_with_its_commit_on_postgres(db: Db) -> None:
     assert len(waits) == 1 and waits[0].rstrip().endswith("I"), lines
     assert any("DELETE" in line for line in lines) and any('"COMMIT"' in line for line in lines), lines
     assert [bytes(m.body) for m in db.transport.receive(db.q("orders"), 10)] == [b"c"]
+
+
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_drain_batch_is_three_round_trips_on_postgres(db: Db, tmp_path: Path) -> None:
+    """A drain batch sends what a hand-written loop sends: BEGIN, the DELETE ... RETURNING, COMMIT, three round
+    trips (a psycopg pipeline around the first statement synced after its BEGIN and again at its end: four)."""
+    db.transport.create_queue(db.q("orders"))
+    db.transport.send_many(db.q("orders"), [b"a", b"b", b"c"])
+    trace = PgTrace()
+    batches: list[list[bytes]] = []
+    with _pg_transport(db, trace) as transport:
+        transport.send(db.q("orders"), b"d")  # the connection is made and configured
+        trace.start()
+        summary = transport.drain(db.q("orders"), lambda ms: batches.append([bytes(m.body) for m in ms]) or len(ms),
+                                  batch_size=10)
+        lines = trace.lines()
+    assert summary.delivered == 4 and batches[0] == [b"a", b"b", b"c", b"d"]
+    first_commit = next(i for i, line in enumerate(lines) if '"COMMIT"' in line and line.startswith("F"))
+    batch = lines[:first_commit + 3]
+    sides = [line[0] for line in batch if line[:1] in ("F", "B")]
+    round_trips = sum(1 for sent, got in zip(sides, sides[1:], strict=False) if sent == "F" and got == "B")
+    assert round_trips == 3, batch  # BEGIN, the take, COMMIT
+    assert _count(db, "orders") == 0

@@ -32,3 +32,23 @@ def test_one_queue_batch_and_empty_batch() -> None:
     table = batch_table(messages, datetime.now(timezone.utc))
     assert table.column("queue").to_pylist() == ["public.q"] * 3
     assert batch_table([], datetime.now(timezone.utc)).num_rows == 0
+
+
+def test_id_column_as_returned_when_canonical_else_each_id_text() -> None:
+    """PostgreSQL's ``id::text`` ids go into the column as returned (one check over the column); any other id in
+    the batch (upper case, not a UUID, a UUID object) makes every id ``id_text``, as before."""
+    canonical = [str(uuid.uuid4()) for _ in range(3)]
+    when = datetime.now(timezone.utc)
+
+    def ids(raw: list[object]) -> list[str]:
+        messages = [ReceivedMessage(i, {}, b"", n, "q", "{}") for n, i in enumerate(raw)]
+        return batch_table(messages, when)["id"].to_pylist()
+
+    assert ids(canonical) == canonical
+    upper = str(uuid.uuid4()).upper()
+    assert ids([*canonical, upper]) == [*canonical, upper.lower()]
+    loose = "order-17"  # SQLite's loose types: a stable UUID derived from the text
+    assert ids([canonical[0], loose]) == [canonical[0], ReceivedMessage(loose, {}, b"", 1).id_text]
+    native = uuid.uuid4()
+    assert ids([native, canonical[1]]) == [str(native), canonical[1]]
+    assert ids([7, canonical[2]]) == [ReceivedMessage(7, {}, b"", 1).id_text, canonical[2]]

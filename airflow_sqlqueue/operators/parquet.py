@@ -59,7 +59,7 @@ def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
     else:
         queue_array = pa.array(list(map(_queue, messages)), pa.string())
     columns = [
-        pa.array([m.id_text for m in messages], pa.string()),
+        _id_array(messages),
         pa.array(list(map(_seq, messages)), pa.int64()),
         queue_array,
         header_array,
@@ -69,6 +69,26 @@ def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+#: A canonical UUID text (lower-case, hyphenated): what PostgreSQL's ``id::text`` returns, kept as it is.
+CANONICAL_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def _id_array(messages: list[ReceivedMessage]) -> Any:
+    """The Id column: the ids as the driver returned them when every one is canonical UUID text (checked once
+    over the column by Arrow, not by a regular expression per row), else ``id_text`` of each message."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        ids = pa.array(list(map(_native_id, messages)), pa.string())
+    except (pa.ArrowException, TypeError):  # UUID objects (SQL Server), or ids of other types
+        ids = None
+    if ids is None or ids.null_count or not pc.all(pc.match_substring_regex(ids, CANONICAL_ID)).as_py():
+        ids = pa.array([m.id_text for m in messages], pa.string())
+    return ids
+
+
+_native_id = attrgetter("native_id")
 _headers_text = attrgetter("headers_text")
 _queue = attrgetter("queue")
 _seq = attrgetter("seq")
@@ -83,6 +103,7 @@ class ParquetBatchWriter:
         text = str(output_path)
         self.local: str | None = None
         self.remote: Any = None
+        self._made = False  # the local directory was made (once, not at every batch)
         protocol = getattr(output_path, "protocol", None)
         if protocol is not None and protocol not in ("file", "local"):
             self.remote = output_path
@@ -114,7 +135,9 @@ class ParquetBatchWriter:
             final.write_bytes(sink.getvalue().to_pybytes())
             return str(final)
         assert self.local is not None
-        os.makedirs(self.local, exist_ok=True)
+        if not self._made:
+            os.makedirs(self.local, exist_ok=True)
+            self._made = True
         final_path = os.path.join(self.local, name)
         temp = os.path.join(self.local, f".{name}.tmp")
         with open(temp, "wb") as f:

@@ -80,6 +80,17 @@ FROM generate_series(1, %(count)s::integer) AS g
 INSERT INTO {queue} (id, headers, body)
 SELECT id, headers, body FROM {template} ORDER BY seq
 
+-- copy_typed_fresh --
+-- The first %(count)s rows of the template queue {template} (filled once by fill_typed) into {queue}, in their
+-- order, each with a new Id and a new NServiceBus.MessageId (the first header fill_typed writes: 36 characters
+-- from the 29th), so that copies of one template are distinct messages to the Spark summary (not timed).
+INSERT INTO {queue} (id, headers, body)
+SELECT gen_random_uuid(), overlay(headers PLACING gen_random_uuid()::text FROM 29 FOR 36), body
+FROM {template}
+WHERE left(headers, 28) = '{"NServiceBus.MessageId" : "'
+ORDER BY seq
+LIMIT %(count)s
+
 -- hand_receive --
 -- The hand pipeline's receive: the provider's receive_batch, with the Id as text (no UUID object per row).
 DELETE FROM {queue}

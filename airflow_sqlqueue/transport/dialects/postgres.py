@@ -151,12 +151,13 @@ class PostgresDialect(Dialect):
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
 
     def first_statement(self, connection: Any, work: Callable[[], T]) -> T:
-        """psycopg 3 with a libpq that pipelines: the transaction's BEGIN and its first statement leave together
-        (one round trip; the statement's rows are read when the pipeline syncs)."""
-        if not _pipelines(connection) or connection.info.transaction_status.name != "IDLE":
-            return work()
-        with connection.pipeline():
-            return work()
+        """The first statement after its BEGIN, plain (two round trips, as a hand-written loop sends them).
+
+        Not in a psycopg pipeline: psycopg 3 follows the implicit BEGIN of a pipeline with a Sync of its own and
+        waits for it, reads the statement's rows through a flush request and syncs again when the block ends, so a
+        pipelined first statement cost three round trips, not one (libpq's protocol trace; issue 33), and its rows
+        were read in more Python steps."""
+        return work()
 
     def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
         """psycopg 3 with a libpq that pipelines: the last statement and COMMIT leave together (one round trip);
