@@ -19,7 +19,6 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sqlqueue import metrics
-from airflow_sqlqueue.dashboard.failed import summary_groups
 from airflow_sqlqueue.transport import SqlQueueTransport
 from airflow_sqlqueue.transport.errorqueue.batches import BatchPlan, BatchRecord
 from airflow_sqlqueue.transport.errorqueue.previews import FailedFilter, Position
@@ -117,7 +116,7 @@ def to_do(transport: SqlQueueTransport, error_queue: str, where: FailedFilter, p
         spellings = transport.errors(error_queue).failed_q_spellings(where.failed_q) if where.failed_q else []
         rest = replace(where, failed_q=None)  # FailedQ in any spelling of the queue
         try:  # the error groups summary, read as the page reads it: a few rows, not a pass over the error queue
-            groups, _, _ = summary_groups(transport, error_queue, complete=True)  # every row, not a page's read
+            groups, _ = transport.errors(error_queue).summary_groups(complete=True)  # every row, not a page's read
         except Exception:  # noqa: BLE001 - no right to write the summary tables: count from the queue
             log.warning("error groups summary of %s cannot be used; counting from the queue", error_queue)
             groups = transport.failed_groups(error_queue)
