@@ -22,12 +22,7 @@ from airflow_sqlqueue.transport.dialects import get_dialect
 from airflow_sqlqueue.transport.processing import claim as claim_module
 from airflow_sqlqueue.transport.processing.claim import Claim, ReceivePosition, ReceivePositions
 from airflow_sqlqueue.transport.tables.queue import SeqRange, TableQueue
-from tests.conftest import PG_URL, make_db
-
-
-@pytest.fixture
-def pg(tmp_path):
-    yield from make_db("postgres", tmp_path)
+from tests.conftest import PG_URL
 
 
 class FakeClock:
