@@ -118,11 +118,23 @@ def _outage(db, app: str, run, down: threading.Event | None = None,
     return thread, errors, terminated
 
 
-def test_terminated_backends_while_processing(queues):
+def _outage_queue(queues) -> tuple[str, str, set[bytes]]:
+    """PostgreSQL only: the application name of this test's connections (the ones terminated or refused), and
+    ``orders`` filled with OUTAGE_MESSAGES (their bodies)."""
     _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
     q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    return "sqlqueue_outage_" + uuid.uuid4().hex[:10], q, fill(queues, q, OUTAGE_MESSAGES)
+
+
+def _check_breaker_recovered(breaker, terminated: int) -> None:
+    """Terminations hit the receivers, the breaker armed with its 1 s back-off, and disarmed without triggering."""
+    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
+    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
+    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+
+
+def test_terminated_backends_while_processing(queues):
+    app, q, sent = _outage_queue(queues)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
     handled: list[bytes] = []
     lock = threading.Lock()
@@ -147,18 +159,13 @@ def test_terminated_backends_while_processing(queues):
     assert count(queues, "orders") == 0 and count(queues, "error") == 0
     # sends are atomic with the receive: a rolled-back batch took its replies with it, so exactly one each
     assert Counter(bodies(queues, "replies")) == Counter(b"reply-" + b for b in sent)
-    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
-    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
-    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    _check_breaker_recovered(breaker, terminated)
     summary("terminate_backend[process]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
             lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(duplicates(handled)))
 
 
 def test_terminated_backends_while_draining(queues):
-    _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
-    q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    app, q, sent = _outage_queue(queues)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
     sink = StoringSink()
     stored = sink.bodies
@@ -178,9 +185,7 @@ def test_terminated_backends_while_draining(queues):
     missing = lost(sent, stored)
     assert not missing, f"{len(missing)} lost"
     assert count(queues, "orders") == 0  # one run drained everything: the receivers reconnected each time
-    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
-    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
-    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    _check_breaker_recovered(breaker, terminated)
     summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
             lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)))
 
@@ -188,10 +193,7 @@ def test_terminated_backends_while_draining(queues):
 def test_restart_while_draining(queues):
     """The closest thing to a restart on a shared server: this test's backends are terminated and, for a moment,
     every new connection is refused; the receivers back off 1 s per failure and carry on, nothing is lost."""
-    _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
-    q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    app, q, sent = _outage_queue(queues)
     down = threading.Event()
     refused = Counter()
 
