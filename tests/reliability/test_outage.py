@@ -133,6 +133,20 @@ def _check_breaker_recovered(breaker, terminated: int) -> None:
     assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
 
 
+def _through_outage(queues, app: str, t: SqlQueueTransport, run, sent: set[bytes], got: list[bytes]) -> tuple[int, set]:
+    """``run()`` while this test's backends are terminated, then ``t`` closed and its connections gone: how many
+    terminations, and what of ``sent`` is not in ``got`` (nothing may be)."""
+    try:
+        _, errors, terminated = _outage(queues, app, run)
+        assert not errors, errors
+    finally:
+        t.close()
+    wait_gone(queues, app)
+    missing = lost(sent, got)
+    assert not missing, f"{len(missing)} lost"
+    return terminated, missing
+
+
 def test_terminated_backends_while_processing(queues):
     app, q, sent = _outage_queue(queues)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
@@ -148,14 +162,7 @@ def test_terminated_backends_while_processing(queues):
     breaker = RecordingBreaker(t.name(q))
     pump = t.pump(q, handler, mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=20,
                        concurrency=4, immediate_retries=0, breaker=breaker)
-    try:
-        _, errors, terminated = _outage(queues, app, pump.run)
-        assert not errors, errors
-    finally:
-        t.close()
-    wait_gone(queues, app)
-    missing = lost(sent, handled)
-    assert not missing, f"{len(missing)} lost"
+    terminated, missing = _through_outage(queues, app, t, pump.run, sent, handled)
     assert count(queues, "orders") == 0 and count(queues, "error") == 0
     # sends are atomic with the receive: a rolled-back batch took its replies with it, so exactly one each
     assert Counter(bodies(queues, "replies")) == Counter(b"reply-" + b for b in sent)
@@ -176,14 +183,7 @@ def test_terminated_backends_while_draining(queues):
         t.drain(q, sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
               breaker=breaker)
 
-    try:
-        _, errors, terminated = _outage(queues, app, run)
-        assert not errors, errors
-    finally:
-        t.close()
-    wait_gone(queues, app)
-    missing = lost(sent, stored)
-    assert not missing, f"{len(missing)} lost"
+    terminated, missing = _through_outage(queues, app, t, run, sent, stored)
     assert count(queues, "orders") == 0  # one run drained everything: the receivers reconnected each time
     _check_breaker_recovered(breaker, terminated)
     summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
