@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .databases import BenchDb
+from .hand_pipeline import write_whole
 from .receive import in_threads
 from .report import BASELINE, PROVIDER, Result, compare
 from .sizes import Sizes
@@ -95,24 +95,12 @@ def parquet_sink(directory: Path) -> Callable[[list[Any]], int]:
 def write_parquet_by_hand(rows: list[tuple], queue: str, directory: Path) -> None:
     """The baseline's file: the same columns from the raw rows, written, fsync'ed and renamed into place."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     now = datetime.now(timezone.utc)
     table = pa.table({"id": [str(r[0]) for r in rows], "seq": [r[1] for r in rows], "queue": [queue] * len(rows),
                       "headers": [r[3] for r in rows], "body": [bytes(r[4]) for r in rows],
                       "received_at": [now] * len(rows)})
-    name = f"raw-{uuid.uuid4().hex}.parquet"
-    temp, final = directory / f".{name}.tmp", directory / name
-    with open(temp, "wb") as f:
-        pq.write_table(table, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, final)
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+    write_whole(table, directory / f"raw-{uuid.uuid4().hex}.parquet")
 
 
 def provider_to_parquet(db: BenchDb, queue: str, directory: Path, batch: int) -> Callable[[], int]:

@@ -31,7 +31,6 @@ from .databases import BenchDb
 def write_batch(rows: list[tuple], queue: str, directory: Path) -> None:
     """One batch as a Parquet file in the drain's columns, whole or absent (temp file, fsync, rename)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     n = len(rows)
     ids, seqs, _, headers, bodies = zip(*rows, strict=True)
@@ -41,14 +40,22 @@ def write_batch(rows: list[tuple], queue: str, directory: Path) -> None:
          pa.array(headers, pa.string()), pa.array(bodies, pa.binary()),
          pa.repeat(pa.scalar(datetime.now(timezone.utc), ts), n)],
         names=["id", "seq", "queue", "headers", "body", "received_at"])
-    name = f"hand-{uuid.uuid4().hex}.parquet"
-    temp, final = directory / f".{name}.tmp", directory / name
+    write_whole(table, directory / f"hand-{uuid.uuid4().hex}.parquet", use_dictionary=["queue"],
+                write_statistics=["seq", "received_at"])
+
+
+def write_whole(table: Any, final: Path, **options: Any) -> None:
+    """``table`` as the Parquet file ``final``, whole or absent: written to a hidden file beside it, fsync'ed,
+    renamed into place, and the folder fsync'ed (``options`` go to ``pyarrow.parquet.write_table``)."""
+    import pyarrow.parquet as pq
+
+    temp = final.parent / f".{final.name}.tmp"
     with open(temp, "wb") as f:
-        pq.write_table(table, f, use_dictionary=["queue"], write_statistics=["seq", "received_at"])
+        pq.write_table(table, f, **options)
         f.flush()
         os.fsync(f.fileno())
     os.replace(temp, final)
-    handle = os.open(directory, os.O_RDONLY)
+    handle = os.open(final.parent, os.O_RDONLY)
     try:
         os.fsync(handle)
     finally:

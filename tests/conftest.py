@@ -101,6 +101,12 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
 
 
 @pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Db]:
+    """The PostgreSQL database alone (tests of what only PostgreSQL has)."""
+    yield from make_db("postgres", tmp_path)
+
+
+@pytest.fixture
 def queues(db: Db) -> Db:
     """``db`` with queues ``orders`` (with a delayed table), ``replies`` and ``error`` created."""
     db.transport.create_queues([db.q("orders")], delayed=True)

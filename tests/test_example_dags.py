@@ -8,6 +8,7 @@ import tests.airflow_env as airflow_env
 from tests.airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -88,14 +89,18 @@ def example_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         yield transport
 
 
-def test_example_sensor_drain_mapped(airflow_db, example_db: SqlQueueTransport) -> None:  # noqa: F811
+def test_example_sensor_drain_mapped(airflow_db, example_db: SqlQueueTransport,  # noqa: F811
+                                    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
     t = example_db
     t.create_queues(["incoming", "error"])
-    ids = t.send_many("incoming", [OutgoingMessage(json.dumps({"n": i}), headers={
+    ids = t.send_many("incoming", [OutgoingMessage(json.dumps({"n": i, "note": f"private-{i}"}), headers={
         h.ENCLOSED_MESSAGE_TYPES: "Orders.OrderPlaced"}) for i in range(3)])
 
     dag = airflow_env.load_project_dag("example_sqlqueue_sensor_drain_mapped", "example_sensor_drain_mapped.py")
+    caplog.set_level(logging.INFO)
     dr = dag.test(run_conf={"queue": "incoming", "min_messages": 3})
+    out, err = capfd.readouterr()  # the task SDK logs through structlog to the process's output
+    assert "private-" not in out + err + caplog.text  # issue 29: no message body in a log at INFO
     assert str(dr.state) == "success", airflow_env.task_states(dr)
     assert airflow_env.xcom_value(dr, "wait") == 3  # the depth the sensor saw
     processed = airflow_env.xcom_value(dr, "process")

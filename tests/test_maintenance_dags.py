@@ -200,7 +200,8 @@ def make_dead_tuples(db: Db, queue: str, rows: int = 12_000) -> None:
 
 
 def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
-                                 monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+                                 monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                                 capfd: pytest.CaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     fill_queues(qdb)  # legacy lost its indexes; poison and expired rows elsewhere are no findings
     expected = {"legacy": {"missing_expires_index"} | ({"missing_primary_key", "missing_seq_unique"}
@@ -229,6 +230,8 @@ def test_check_schema_and_repair(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F
     rows = airflow_env.xcom_value(dr, "report")
     assert sorted((r["queue"], r["code"], r["status"]) for r in rows) == sorted(
         (t.name(q(name)), code, "repaired") for name, codes in expected.items() for code in codes)
+    out, err = capfd.readouterr()
+    assert "XCom not found" not in out + err + caplog.text  # the report reads the mapped results in one slice
     # the findings, as a table in the task log
     log = task_log(caplog)
     table = log[log.index(f"findings on {len(expected)} queues"):].splitlines()
@@ -265,7 +268,8 @@ def test_check_schema_fails_on_findings_without_repair(airflow_db, tmp_path: Pat
 
 def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, tmp_path: Path,  # noqa: F811
                                                           monkeypatch: pytest.MonkeyPatch,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+                                                          caplog: pytest.LogCaptureFixture,
+                                                          capfd: pytest.CaptureFixture) -> None:
     t, q = qdb.transport, qdb.q
     t.create_queues([q("deep"), q("stale"), q("calm")])
     t.send_many(q("deep"), [f"m{i}" for i in range(4)] + [OutgoingMessage("gone", time_to_be_received=0.001)])
@@ -293,6 +297,8 @@ def test_queue_health_alerts_through_a_notifier_and_fails(airflow_db, qdb: Db, t
     assert samples[stale]["oldest_age_seconds"] > 7000
     assert samples[stale]["breaches"][0].startswith("oldest message")
     assert samples[calm]["breaches"] == []
+    out, err = capfd.readouterr()
+    assert "XCom not found" not in out + err + caplog.text  # the report reads the mapped results in one slice
     # the notifier got the breaches, with its template rendered from the task context
     [alert] = [json.loads(line) for line in alert_file.read_text().splitlines()]
     assert alert["text"] == "sqlqueue_queue_health: 2 queues over threshold"

@@ -16,14 +16,9 @@ import pytest
 
 from airflow_sqlqueue.transport import OutgoingMessage
 from airflow_sqlqueue.transport.dialects import get_dialect
-from tests.conftest import PG_URL, make_db
+from tests.conftest import PG_URL
 
 LOCKING = ("receive_batch", "purge_expired")
-
-
-@pytest.fixture
-def pg(tmp_path):
-    yield from make_db("postgres", tmp_path)
 
 
 def _plan(pg, statement: str, rows: int, analyze: bool, params: dict | None = None) -> dict:

@@ -22,12 +22,7 @@ from airflow_sqlqueue.transport.dialects import get_dialect
 from airflow_sqlqueue.transport.processing import claim as claim_module
 from airflow_sqlqueue.transport.processing.claim import Claim, ReceivePosition, ReceivePositions
 from airflow_sqlqueue.transport.tables.queue import SeqRange, TableQueue
-from tests.conftest import PG_URL, make_db
-
-
-@pytest.fixture
-def pg(tmp_path):
-    yield from make_db("postgres", tmp_path)
+from tests.conftest import PG_URL
 
 
 class FakeClock:
@@ -237,6 +232,25 @@ def _senders(t, q, n_threads: int, per_thread: int, rollback_every: int, kept: l
     return [threading.Thread(target=send, args=(k,)) for k in range(n_threads)]
 
 
+class FailsFirst:
+    """A pump handler that fails the first attempt of each message ``fails(body)`` picks and counts, per body,
+    attempts and successes."""
+
+    def __init__(self, fails, lock: threading.Lock) -> None:
+        self.fails, self.lock = fails, lock
+        self.attempts: Counter = Counter()
+        self.succeeded: Counter = Counter()
+
+    def __call__(self, message, context) -> None:
+        with self.lock:
+            self.attempts[message.body] += 1
+            first = self.attempts[message.body] == 1
+        if first and self.fails(message.body):
+            raise RuntimeError("first attempt fails")
+        with self.lock:
+            self.succeeded[message.body] += 1
+
+
 def test_pump_with_out_of_order_senders_and_put_backs_loses_and_strands_nothing(pg):
     """Four senders commit out of order while six receivers run the pump; a message in ten fails its first
     attempt (released: put back below every position). Every committed message is handled exactly once."""
@@ -245,18 +259,8 @@ def test_pump_with_out_of_order_senders_and_put_backs_loses_and_strands_nothing(
     kept: list[bytes] = []
     lock = threading.Lock()
     senders = _senders(t, q, n_threads=4, per_thread=120, rollback_every=7, kept=kept, lock=lock)
-    attempts: Counter = Counter()
-    succeeded: Counter = Counter()
-
-    def handler(message, context):
-        with lock:
-            attempts[message.body] += 1
-            first = attempts[message.body] == 1
-        if first and hash(message.body) % 10 == 0:
-            raise RuntimeError("first attempt fails")
-        with lock:
-            succeeded[message.body] += 1
-
+    handler = FailsFirst(lambda body: hash(body) % 10 == 0, lock)
+    succeeded = handler.succeeded
     pump = t.pump(q, handler, batch_size=3, concurrency=6, immediate_retries=5)
     for s in senders:
         s.start()
@@ -343,18 +347,8 @@ def test_deferred_messages_come_back_and_are_handled_while_the_queue_stays_full(
     t.send_many(q, [OutgoingMessage(b, delay=0.01) for b in deferred])
     retried = {b"p7", b"p150", b"p299"}  # fail once: a delayed retry, back through the delayed table
     lock = threading.Lock()
-    attempts: Counter = Counter()
-    succeeded: Counter = Counter()
-
-    def handler(message, context):
-        with lock:
-            attempts[message.body] += 1
-            first = attempts[message.body] == 1
-        if first and message.body in retried:
-            raise RuntimeError("try again later")
-        with lock:
-            succeeded[message.body] += 1
-
+    handler = FailsFirst(retried.__contains__, lock)
+    attempts, succeeded = handler.attempts, handler.succeeded
     pump = t.pump(q, handler, batch_size=2, concurrency=4, immediate_retries=0, delayed_retries=1,
                   delayed_retry_delay=0.01)
     done = threading.Event()

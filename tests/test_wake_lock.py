@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
 
-from tests.conftest import PG_URL, make_db
-
-
-@pytest.fixture
-def pg(tmp_path):
-    yield from make_db("postgres", tmp_path)
+from tests.conftest import PG_URL
 
 
 def _insert(pg, conn: psycopg.Connection, body: bytes) -> None:
@@ -50,15 +48,40 @@ def counter(pg):
     c.close()
 
 
-def test_senders_notify_only_while_a_watcher_waits(pg, counter):
+@pytest.fixture
+def orders(pg):
+    """The transport and the queue ``orders``, created with push wake-ups."""
     t, q = pg.transport, pg.q("orders")
     t.create_queue(q, notify=True)
+    return t, q
+
+
+@contextmanager
+def watching(t, q, **intervals) -> Iterator[Any]:
+    """A started watcher of ``q``, closed after. It polls every ten minutes unless told: only a wake-up returns
+    early."""
+    wakeups = t.wakeups(q, **({"poll_interval": 600} | intervals))
+    try:
+        assert wakeups.start()
+        yield wakeups
+    finally:
+        wakeups.close()
+
+
+def _waiting_for_advisory(probe: psycopg.Connection, thread: threading.Thread) -> None:
+    """Return once a connection waits for an advisory lock (the thread must still be running)."""
+    while not probe.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:
+        assert thread.is_alive(), "the watcher did not wait for the open send"
+        thread.join(0.01)
+
+
+def test_senders_notify_only_while_a_watcher_waits(pg, orders, counter):
+    t, q = orders
     with psycopg.connect(PG_URL, autocommit=True) as sender:
         _insert(pg, sender, b"nobody waits")
         assert counter.count() == 0  # no watcher: no NOTIFY, no global notify lock
-        wakeups = t.wakeups(q, poll_interval=600)
-        try:
-            assert wakeups.start() and wakeups.push
+        with watching(t, q) as wakeups:
+            assert wakeups.push
             _insert(pg, sender, b"a watcher waits")
             assert counter.count() == 1
             assert wakeups.wait(found=False) is True and wakeups.woken == 1
@@ -75,25 +98,19 @@ def test_senders_notify_only_while_a_watcher_waits(pg, counter):
             _insert(pg, sender, b"it waits again")
             assert counter.count() == 1
             assert wakeups.wait(found=False) is True and wakeups.woken == 2
-        finally:
-            wakeups.close()
     assert [m.body for m in t.receive(q, 10)] == [b"it waits again"]
 
 
-def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its_next_look(pg, counter):
+def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its_next_look(pg, orders, counter):
     """The race: a send's statement ran before the watcher asked for wake-ups (so it will not notify), and commits
     only after. Asking waits for that commit, so the watcher's next look finds the message."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
+    t, q = orders
     wakeups = t.wakeups(q, poll_interval=600)
     with psycopg.connect(PG_URL) as sender, psycopg.connect(PG_URL, autocommit=True) as probe:
         _insert(pg, sender, b"in flight")  # not committed yet
         started = threading.Thread(target=wakeups.start)
         started.start()
-        while not probe.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                                ).fetchone()[0]:
-            assert started.is_alive(), "the watcher did not wait for the open send"
-            started.join(0.01)
+        _waiting_for_advisory(probe, started)
         sender.commit()  # commits while the watcher waits for its lock
         started.join()
     try:
@@ -105,9 +122,8 @@ def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its
         wakeups.close()
 
 
-def test_every_waiting_watcher_of_a_queue_is_woken(pg, counter):
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
+def test_every_waiting_watcher_of_a_queue_is_woken(pg, orders, counter):
+    t, q = orders
     first, second = t.wakeups(q, poll_interval=600), t.wakeups(q, poll_interval=600)
     try:
         assert first.start() and second.start()  # the second finds the lock held by the first: senders notify
@@ -120,9 +136,8 @@ def test_every_waiting_watcher_of_a_queue_is_woken(pg, counter):
         second.close()
 
 
-def test_a_closed_watcher_stops_the_notifications(pg, counter):
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
+def test_a_closed_watcher_stops_the_notifications(pg, orders, counter):
+    t, q = orders
     wakeups = t.wakeups(q, poll_interval=600)
     assert wakeups.start()
     wakeups.close()  # also what a killed watcher's lost connection does: PostgreSQL releases its lock
@@ -146,14 +161,10 @@ def test_a_queue_with_the_earlier_trigger_keeps_waking_watchers_and_moves_on_rei
         return t.run(lambda cur: t.dialect.notify_function_of(cur, t.address(q)), what="trigger", read_only=True)
 
     assert function() == "sqlqueue_notify"
-    wakeups = t.wakeups(q, poll_interval=600)
-    try:
-        assert wakeups.start()
+    with watching(t, q) as wakeups:
         with psycopg.connect(PG_URL, autocommit=True) as sender:
             _insert(pg, sender, b"old trigger")
         assert wakeups.wait(found=False) is True
-    finally:
-        wakeups.close()
     t.enable_notifications(q)
     assert function() == "sqlqueue_wake"
     with psycopg.connect(PG_URL, autocommit=True) as sender:
@@ -161,20 +172,10 @@ def test_a_queue_with_the_earlier_trigger_keeps_waking_watchers_and_moves_on_rei
     assert counter.count() == 1  # the old trigger's send above; none since the move
 
 
-def _waiting_for_advisory(probe: psycopg.Connection, thread: threading.Thread) -> None:
-    """Return once a connection waits for an advisory lock (the thread must still be running)."""
-    while not probe.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:
-        assert thread.is_alive(), "the watcher did not wait for the open send"
-        thread.join(0.01)
-
-
-def test_concurrent_sends_into_a_waiting_watcher_notify_once(pg, counter):
+def test_concurrent_sends_into_a_waiting_watcher_notify_once(pg, orders, counter):
     """Two sends in flight at once while a watcher waits: the first notifies, the second relies on it."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
-    wakeups = t.wakeups(q, poll_interval=600)
-    try:
-        assert wakeups.start()
+    t, q = orders
+    with watching(t, q) as wakeups:
         with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as second:
             _insert(pg, first, b"first")  # takes the notifier lock: NOTIFY at its commit
             _insert(pg, second, b"second")  # a notification is in flight: no NOTIFY of its own
@@ -184,18 +185,13 @@ def test_concurrent_sends_into_a_waiting_watcher_notify_once(pg, counter):
         assert wakeups.wait(found=False) is True
         assert wakeups.wait(found=True) is True  # asks for wake-ups again and looks once more
         assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]
-    finally:
-        wakeups.close()
 
 
-def test_a_send_relying_on_a_notification_is_seen_even_when_it_commits_after_the_wake_up(pg, counter):
+def test_a_send_relying_on_a_notification_is_seen_even_when_it_commits_after_the_wake_up(pg, orders, counter):
     """The race of the coalesced wake-up: the second send relied on the first one's NOTIFY, which woke the watcher
     before the second committed. The watcher, going back to wait, waits for that commit before its last look."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
-    wakeups = t.wakeups(q, poll_interval=600)
-    try:
-        assert wakeups.start()
+    t, q = orders
+    with watching(t, q) as wakeups:
         with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as second, \
                 psycopg.connect(PG_URL, autocommit=True) as probe:
             _insert(pg, first, b"first")
@@ -211,19 +207,14 @@ def test_a_send_relying_on_a_notification_is_seen_even_when_it_commits_after_the
         assert counter.count() == 1  # the second never notified ...
         assert [m.body for m in t.receive(q, 10)] == [b"second"]  # ... and the look after re-arming finds it
         assert wakeups.covers == 2
-    finally:
-        wakeups.close()
 
 
-def test_a_send_that_cannot_be_sure_of_a_notification_in_flight_notifies(pg, counter):
+def test_a_send_that_cannot_be_sure_of_a_notification_in_flight_notifies(pg, orders, counter):
     """While a watcher is re-arming (it waits for the covered lock), a send that finds the notifier lock taken
     cannot rely on it and notifies itself: unsure means NOTIFY."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
+    t, q = orders
     oid = pg.sql(f"SELECT to_regclass('\"{pg.schema}\".\"orders\"')::oid::integer")[0][0]
-    wakeups = t.wakeups(q, poll_interval=600)
-    try:
-        assert wakeups.start()
+    with watching(t, q):
         with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as blocker, \
                 psycopg.connect(PG_URL, autocommit=True) as sender:
             _insert(pg, first, b"first")  # notifier lock taken, its NOTIFY pending
@@ -233,16 +224,13 @@ def test_a_send_that_cannot_be_sure_of_a_notification_in_flight_notifies(pg, cou
             blocker.rollback()
             first.commit()
         assert counter.count() == 1
-    finally:
-        wakeups.close()
 
 
-def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, counter):
+def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, orders, counter):
     """Eight plain senders (as .NET writes) race a watcher that receives what comes and waits whenever the queue
     is empty: every message arrives once, no wait ends by its fallback poll (a missed wake-up), and senders
     issue no more NOTIFYs than the watcher has wake cycles plus one per wake-up in flight."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
+    t, q = orders
     senders, each = 8, 40
     wakeups = t.wakeups(q, poll_interval=60)
     received: list[bytes] = []
@@ -277,15 +265,12 @@ def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, counter):
     assert 1 <= counter.count() <= senders * each + 1
 
 
-def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, counter):
+def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, orders, counter):
     """Two sends commit one after the other while the watcher waits: two NOTIFYs. The first wakes it; the second,
     for a commit its look saw, is dropped when it asks for wake-ups again (else it would wake it once more
     for nothing, and each extra cycle makes more senders notify)."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
-    wakeups = t.wakeups(q, poll_interval=0.2, max_poll_interval=0.2)
-    try:
-        assert wakeups.start()
+    t, q = orders
+    with watching(t, q, poll_interval=0.2, max_poll_interval=0.2) as wakeups:
         with psycopg.connect(PG_URL, autocommit=True) as sender:
             _insert(pg, sender, b"first")
             _insert(pg, sender, b"second")
@@ -296,19 +281,14 @@ def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another
         assert t.receive(q, 10) == []
         assert wakeups.wait(found=False) is False  # nothing new: its fallback poll, not a stale wake-up
         assert wakeups.woken == 1
-    finally:
-        wakeups.close()
 
 
-def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_lock(pg, counter):
+def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_lock(pg, orders, counter):
     """Asking for wake-ups again while messages wait (they came during the last look): the watcher is busy again at
     once, so it does not keep senders notifying while it works. Rows another receiver holds do not count, so the
     two never loop on them."""
-    t, q = pg.transport, pg.q("orders")
-    t.create_queue(q, notify=True)
-    wakeups = t.wakeups(q, poll_interval=600)
-    try:
-        assert wakeups.start()
+    t, q = orders
+    with watching(t, q) as wakeups:
         with psycopg.connect(PG_URL, autocommit=True) as sender:
             _insert(pg, sender, b"wakes it")
             assert wakeups.wait(found=False) is True
@@ -322,5 +302,3 @@ def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_
                 _insert(pg, sender, b"while it waits")
                 assert counter.count() == 1
         assert wakeups.covers == 3
-    finally:
-        wakeups.close()

@@ -13,11 +13,6 @@ from tests.conftest import PG_URL, make_db
 
 
 @pytest.fixture
-def pg(tmp_path):
-    yield from make_db("postgres", tmp_path)
-
-
-@pytest.fixture
 def lite(tmp_path):
     yield from make_db("sqlite", tmp_path)
 

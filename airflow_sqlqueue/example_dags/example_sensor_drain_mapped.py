@@ -19,7 +19,9 @@ DOC = """
 ### Sensor -> drain -> one mapped task per message
 
 1. `wait` (`SqlQueueSensor`, deferrable: no worker slot while waiting) succeeds once the queue holds
-   `min_messages` messages.
+   `min_messages` messages. It peeks every 5 s, backing off to every 20 s while the queue stays empty: a message
+   on an idle queue can wait up to 20 s, unless the queue wakes it (PostgreSQL with `sqlqueue create QUEUE
+   --notify`; SQLite: at once). See docs/sensor.md.
 2. `drain` (`SqlQueueDrainOperator`) receives up to `max_messages` with two receivers at once. Each batch is
    stored in the task state store *before* its receive transaction commits, so a crash loses nothing.
 3. `process` runs once per message (`.expand()`); it must be idempotent (a message can come twice after a

@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from airflow_sqlqueue.transport import SqlQueueTransport
@@ -45,15 +43,15 @@ ALLOWED_BODIES = [r"Detected a task instance without a heartbeat: "]
 
 @pytest.fixture(scope="module")
 def celery_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    schema = "oc_" + uuid.uuid4().hex[:10]
+    with once.handled_schema("oc_") as schema:
+        yield from _celery_once(tmp_path_factory, schema)
+
+
+def _celery_once(tmp_path_factory: pytest.TempPathFactory, schema: str) -> Iterator[Deployment]:
     queue, handled = f'"{schema}"."events"', f'"{schema}"."handled"'
     hold = tmp_path_factory.mktemp("hold")
     figures_before = len(once.FIGURES)
     lite = tmp_path_factory.mktemp("sqlite") / "queues.db"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(f"CREATE TABLE {handled} (id uuid, body text, run_id text, try_number int, "
-                     "at timestamptz DEFAULT now())")
     with SqlQueueTransport.from_url(f"sqlite:///{lite}") as transport:
         transport.create_queues(["events", "error"])
     with closing(sqlite3.connect(lite)) as conn:
@@ -83,8 +81,6 @@ def celery_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment
             yield deployment
     finally:
         print("\n" + once.table(once.FIGURES[figures_before:]))
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def test_celery_worker_sigkill_inside_handle_once(celery_once: Deployment) -> None:
@@ -130,23 +126,11 @@ def test_sqlite_triggerer_sigkill_between_event_stored_and_rows_deleted(celery_o
     """The triggerer-SIGKILL scenario on a queue in a SQLite file: the triggerer dies after Airflow stored the event,
     before the batch's delete (its claim holds the file's write lock until it dies); the next triggerer emits the
     same batch again; handle_once hands that run nothing."""
-    deployment, hold = celery_once, celery_once.hold  # type: ignore[attr-defined]
+    deployment = celery_once
     lite = deployment.sqlite  # type: ignore[attr-defined]
     messages = once.Messages(deployment, "SQLite: triggerer SIGKILL after event stored, before delete (100)", "events",
                              SQLITE_DAG_ID, url=f"sqlite:///{lite}", handled="handled", conn_id="sqlqueue_sqlite")
-    (hold / "hold-triggerer").touch()
-    try:
-        messages.send(100)
-        wait_for("the triggerer to stop between event stored and rows deleted", (hold / "stored").exists, 180,
-                 hint=deployment.where_logs())
-        assert messages.stored_events() == 1, "the held event is not in the metadata database"
-        deployment.kill("triggerer", signal.SIGKILL)
-    finally:
-        (hold / "hold-triggerer").unlink(missing_ok=True)
-        (hold / "stored").unlink(missing_ok=True)
-    deployment.restart("triggerer")
-    wait_for("the batch emitted again after the crash", lambda: messages.stored_events() >= 2, once.RESTART_TIMEOUT,
-             hint=deployment.where_logs())
+    once.triggerer_sigkill_after_event_stored(deployment, messages, stored_timeout=180)
     once.check_once(messages.wait_and_count())
 
 

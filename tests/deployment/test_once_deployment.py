@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +45,14 @@ COLUMNS = ("scenario", "sent", "asset events", "DAG runs", "events in no run", "
 
 @pytest.fixture(scope="module")
 def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    schema = "o_" + uuid.uuid4().hex[:10]
+    with handled_schema("o_") as schema:
+        yield from _once_deployment(tmp_path_factory, schema)
+
+
+def _once_deployment(tmp_path_factory: pytest.TempPathFactory, schema: str) -> Iterator[Deployment]:
     queue, serial_queue, control_queue = f'"{schema}"."events"', f'"{schema}"."serial"', f'"{schema}"."control"'
     handled = f'"{schema}"."handled"'
     hold = tmp_path_factory.mktemp("hold")
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-        conn.execute(f"CREATE TABLE {handled} (id uuid, body text, run_id text, try_number int, "
-                     "at timestamptz DEFAULT now())")
     deployment = Deployment(tmp_path_factory.mktemp("deploy"), [HERE / "dags" / "deploy_once.py"],
                             pylib=[HERE / "sqlqueue_deploy_hooks.py"],
                             env={"SQLQUEUE_DEPLOY_QUEUE": queue, "SQLQUEUE_DEPLOY_SERIAL_QUEUE": serial_queue,
@@ -73,6 +73,20 @@ def once_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploy
             yield deployment
     finally:
         print("\n" + table(FIGURES))
+
+
+@contextmanager
+def handled_schema(prefix: str) -> Iterator[str]:
+    """A new schema on the PostgreSQL database holding the handled table ``"<schema>"."handled"`` (the deployment's
+    tasks record each message they handle in it), dropped with all it holds after."""
+    schema = prefix + uuid.uuid4().hex[:10]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}"."handled" (id uuid, body text, run_id text, try_number int, '
+                     "at timestamptz DEFAULT now())")
+    try:
+        yield schema
+    finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
@@ -223,23 +237,29 @@ def queue_of(deployment: Deployment, name: str) -> str:
 def test_triggerer_sigkill_between_event_stored_and_rows_deleted(once_deployment: Deployment) -> None:
     """The triggerer dies after Airflow stored the event, before the batch's delete: the next triggerer emits the
     same batch again (a second event, a second run); handle_once hands that run nothing."""
-    hold = once_deployment.hold  # type: ignore[attr-defined]
     messages = Messages(once_deployment, "triggerer SIGKILL after event stored, before delete (100)",
                         queue_of(once_deployment, "SQLQUEUE_DEPLOY_QUEUE"), DAG_ID)
+    triggerer_sigkill_after_event_stored(once_deployment, messages, stored_timeout=120)
+    check_once(messages.wait_and_count())
+
+
+def triggerer_sigkill_after_event_stored(deployment: Deployment, messages: Messages, *, stored_timeout: float) -> None:
+    """Send 100 messages with the triggerer held after Airflow stored their event, before the batch's delete; kill
+    it (SIGKILL) there, start it again and wait until the next triggerer has emitted the same batch again."""
+    hold = deployment.hold  # type: ignore[attr-defined]
     (hold / "hold-triggerer").touch()
     try:
         messages.send(100)
-        wait_for("the triggerer to stop between event stored and rows deleted", (hold / "stored").exists, 120,
-                 hint=once_deployment.where_logs())
+        wait_for("the triggerer to stop between event stored and rows deleted", (hold / "stored").exists,
+                 stored_timeout, hint=deployment.where_logs())
         assert messages.stored_events() == 1, "the held event is not in the metadata database"
-        once_deployment.kill("triggerer", signal.SIGKILL)
+        deployment.kill("triggerer", signal.SIGKILL)
     finally:
         (hold / "hold-triggerer").unlink(missing_ok=True)
         (hold / "stored").unlink(missing_ok=True)
-    once_deployment.restart("triggerer")
+    deployment.restart("triggerer")
     wait_for("the batch emitted again after the crash", lambda: messages.stored_events() >= 2, RESTART_TIMEOUT,
-             hint=once_deployment.where_logs())
-    check_once(messages.wait_and_count())
+             hint=deployment.where_logs())
 
 
 def test_worker_sigkill_mid_transaction(once_deployment: Deployment) -> None:

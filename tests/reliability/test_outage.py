@@ -118,11 +118,37 @@ def _outage(db, app: str, run, down: threading.Event | None = None,
     return thread, errors, terminated
 
 
-def test_terminated_backends_while_processing(queues):
+def _outage_queue(queues) -> tuple[str, str, set[bytes]]:
+    """PostgreSQL only: the application name of this test's connections (the ones terminated or refused), and
+    ``orders`` filled with OUTAGE_MESSAGES (their bodies)."""
     _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
     q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    return "sqlqueue_outage_" + uuid.uuid4().hex[:10], q, fill(queues, q, OUTAGE_MESSAGES)
+
+
+def _check_breaker_recovered(breaker, terminated: int) -> None:
+    """Terminations hit the receivers, the breaker armed with its 1 s back-off, and disarmed without triggering."""
+    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
+    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
+    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+
+
+def _through_outage(queues, app: str, t: SqlQueueTransport, run, sent: set[bytes], got: list[bytes]) -> tuple[int, set]:
+    """``run()`` while this test's backends are terminated, then ``t`` closed and its connections gone: how many
+    terminations, and what of ``sent`` is not in ``got`` (nothing may be)."""
+    try:
+        _, errors, terminated = _outage(queues, app, run)
+        assert not errors, errors
+    finally:
+        t.close()
+    wait_gone(queues, app)
+    missing = lost(sent, got)
+    assert not missing, f"{len(missing)} lost"
+    return terminated, missing
+
+
+def test_terminated_backends_while_processing(queues):
+    app, q, sent = _outage_queue(queues)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
     handled: list[bytes] = []
     lock = threading.Lock()
@@ -136,29 +162,17 @@ def test_terminated_backends_while_processing(queues):
     breaker = RecordingBreaker(t.name(q))
     pump = t.pump(q, handler, mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=20,
                        concurrency=4, immediate_retries=0, breaker=breaker)
-    try:
-        _, errors, terminated = _outage(queues, app, pump.run)
-        assert not errors, errors
-    finally:
-        t.close()
-    wait_gone(queues, app)
-    missing = lost(sent, handled)
-    assert not missing, f"{len(missing)} lost"
+    terminated, missing = _through_outage(queues, app, t, pump.run, sent, handled)
     assert count(queues, "orders") == 0 and count(queues, "error") == 0
     # sends are atomic with the receive: a rolled-back batch took its replies with it, so exactly one each
     assert Counter(bodies(queues, "replies")) == Counter(b"reply-" + b for b in sent)
-    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
-    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
-    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    _check_breaker_recovered(breaker, terminated)
     summary("terminate_backend[process]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
             lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(duplicates(handled)))
 
 
 def test_terminated_backends_while_draining(queues):
-    _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
-    q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    app, q, sent = _outage_queue(queues)
     t = SqlQueueTransport.from_url(with_application_name(queues.url, app), error_queue=queues.q("error"))
     sink = StoringSink()
     stored = sink.bodies
@@ -169,18 +183,9 @@ def test_terminated_backends_while_draining(queues):
         t.drain(q, sink, max_messages=None, max_duration=None, batch_size=20, concurrency=4,
               breaker=breaker)
 
-    try:
-        _, errors, terminated = _outage(queues, app, run)
-        assert not errors, errors
-    finally:
-        t.close()
-    wait_gone(queues, app)
-    missing = lost(sent, stored)
-    assert not missing, f"{len(missing)} lost"
+    terminated, missing = _through_outage(queues, app, t, run, sent, stored)
     assert count(queues, "orders") == 0  # one run drained everything: the receivers reconnected each time
-    assert terminated > 0 and breaker.seen_failures > 0, "no termination hit the drain"
-    assert not breaker.triggered and breaker.successes_after_failure > 0, "the breaker did not disarm"
-    assert set(breaker.delays) == {1.0}, "armed back-off is 1 s per failure"
+    _check_breaker_recovered(breaker, terminated)
     summary("terminate_backend[drain]", queues.kind, messages=OUTAGE_MESSAGES, faults=terminated,
             lost=len(missing), breaker_failures=breaker.seen_failures, redelivered=len(stored) - len(set(stored)))
 
@@ -188,10 +193,7 @@ def test_terminated_backends_while_draining(queues):
 def test_restart_while_draining(queues):
     """The closest thing to a restart on a shared server: this test's backends are terminated and, for a moment,
     every new connection is refused; the receivers back off 1 s per failure and carry on, nothing is lost."""
-    _pg_only(queues)
-    app = "sqlqueue_outage_" + uuid.uuid4().hex[:10]
-    q = queues.q("orders")
-    sent = fill(queues, q, OUTAGE_MESSAGES)
+    app, q, sent = _outage_queue(queues)
     down = threading.Event()
     refused = Counter()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .errors import InvalidMessageError
+
 
 def is_whole(value: Any, minimum: int = 1) -> bool:
     """Whether ``value`` is an int (not a bool) of at least ``minimum``."""
@@ -35,3 +37,15 @@ def check_seconds(value: Any, what: str, *, allow_none: bool = False) -> None:
         return
     raise ValueError(f"{what} must be a positive, finite number of seconds{' or None' if allow_none else ''}, got "
                      f"{value!r}")
+
+
+def check_stored_text(value: Any, what: str, most: int, where: str) -> str:
+    """``value`` if it is non-empty text of at most ``most`` characters without NUL (what the text column ``where``
+    names can store), else InvalidMessageError naming ``what``."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidMessageError(f"{what} must be non-empty text, got {value!r}")
+    if len(value) > most:
+        raise InvalidMessageError(f"{what} {value[:40]!r}... is {len(value)} characters; {where} holds at most {most}")
+    if "\x00" in value:
+        raise InvalidMessageError(f"{what} {value!r} contains a NUL character")
+    return value

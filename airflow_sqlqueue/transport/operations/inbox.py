@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..common.errors import InvalidMessageError, QueueNotFoundError
-from ..common.validation import check_count
+from ..common.errors import QueueNotFoundError
+from ..common.validation import check_count, check_stored_text
 from ..tables.session import Session
 from ..wire.address import QueueAddress
 
@@ -34,14 +34,7 @@ DEFAULT_PURGE_BATCH = 10_000
 
 def check_key(value: Any, what: str) -> str:
     """A consumer name or message Id the inbox can store: non-empty text of at most 200 characters."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidMessageError(f"inbox {what} must be non-empty text, got {value!r}")
-    if len(value) > MAX_KEY:
-        raise InvalidMessageError(f"inbox {what} {value[:40]!r}... is {len(value)} characters; the inbox holds at "
-                                  f"most {MAX_KEY}")
-    if "\x00" in value:
-        raise InvalidMessageError(f"inbox {what} {value!r} contains a NUL character")
-    return value
+    return check_stored_text(value, f"inbox {what}", MAX_KEY, "the inbox")
 
 
 class Inbox:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..common.errors import InvalidAddressError, InvalidMessageError, QueueNotFoundError
+from ..common.validation import check_stored_text
 from ..processing.sending import Outbox
 from ..tables.queue import QueueBook, TableQueue
 from ..tables.session import Session
@@ -59,14 +60,7 @@ class PublishResult:
 
 
 def _name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidMessageError(f"{what} must be non-empty text, got {value!r}")
-    if len(value) > MAX_NAME:
-        raise InvalidMessageError(f"{what} {value[:40]!r}... is {len(value)} characters; the subscription table "
-                                  f"holds at most {MAX_NAME}")
-    if "\x00" in value:
-        raise InvalidMessageError(f"{what} {value!r} contains a NUL character")
-    return value
+    return check_stored_text(value, what, MAX_NAME, "the subscription table")
 
 
 def topics_of(event_type: str, base_types: Iterable[str] = ()) -> list[str]:

@@ -39,22 +39,31 @@ def _check_common(part: str, what: str, text: str) -> None:
         raise InvalidAddressError(f"{what} in address {text!r} is only whitespace")
 
 
-def _read_bracketed(text: str, pos: int, full: str) -> tuple[str, int]:
-    """Read ``[name]`` starting at pos (the ``[``); ``]]`` is a literal ``]``. Return (name, next pos)."""
+def _read_delimited(text: str, pos: int, close: str) -> tuple[str, int] | None:
+    """Read a delimited name starting at pos (its opening character) up to ``close``, where a doubled ``close`` is
+    a literal one. Return (name, next pos), or None when it is never closed."""
     out = []
     i = pos + 1
     while i < len(text):
         ch = text[i]
-        if ch == "]":
-            if i + 1 < len(text) and text[i + 1] == "]":
-                out.append("]")
+        if ch == close:
+            if i + 1 < len(text) and text[i + 1] == close:
+                out.append(close)
                 i += 2
                 continue
             return "".join(out), i + 1
         out.append(ch)
         i += 1
-    raise InvalidAddressError(f"address {full!r} has an unclosed '[': close it with ']' "
-                              "(write ']' inside a bracketed name as ']]')")
+    return None
+
+
+def _read_bracketed(text: str, pos: int, full: str) -> tuple[str, int]:
+    """Read ``[name]`` starting at pos (the ``[``); ``]]`` is a literal ``]``. Return (name, next pos)."""
+    read = _read_delimited(text, pos, "]")
+    if read is None:
+        raise InvalidAddressError(f"address {full!r} has an unclosed '[': close it with ']' "
+                                  "(write ']' inside a bracketed name as ']]')")
+    return read
 
 
 def parse_mssql(text: str) -> QueueAddress:
@@ -138,19 +147,11 @@ def format_mssql(address: QueueAddress) -> str:
 
 
 def _read_quoted(text: str, pos: int, full: str) -> tuple[str, int]:
-    out = []
-    i = pos + 1
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            if i + 1 < len(text) and text[i + 1] == '"':
-                out.append('"')
-                i += 2
-                continue
-            return "".join(out), i + 1
-        out.append(ch)
-        i += 1
-    raise InvalidAddressError(f'address {full!r} has an unclosed \'"\': close it (write " inside as "")')
+    """Read ``"name"`` starting at pos (the ``"``); ``""`` is a literal ``"``. Return (name, next pos)."""
+    read = _read_delimited(text, pos, '"')
+    if read is None:
+        raise InvalidAddressError(f'address {full!r} has an unclosed \'"\': close it (write " inside as "")')
+    return read
 
 
 def parse_postgres(text: str) -> QueueAddress:
