@@ -48,9 +48,8 @@ class Outbox:
         self.origin = Origin(book.endpoint or default_endpoint())
         self._writers: dict[Origin, BatchHeaders] = {}  # per origin outside a handler: kept across sends
         self._own_writer = BatchHeaders(self.origin)  # this transport's own sends (most sends): no lookup
-        self._send = self.dialect.statements["send"]
         #: The send without Expires where the dialect has one (SQLite: one value less to bind and store).
-        self._send_untimed = self.dialect.statements.get("send_untimed", self._send)
+        self._send_untimed = "send_untimed" if "send_untimed" in self.dialect.statements else "send"
         probe = uuid.UUID(int=0)
         self._ids_as_text = self.dialect.id_param(probe) == str(probe)  # then the header's Id text is bound as is
 
@@ -119,9 +118,9 @@ class Outbox:
         the delayed ones. Returns the native Ids of the immediate ones."""
         if prepared.rows:
             if len(prepared.rows) == 1:
-                row = prepared.rows[0]
-                statement = self._send if row["ttbr_ms"] is not None else self._send_untimed
-                cursor.execute(*self.dialect.prepare_statement(statement, row, prepared.queue.ids))
+                row = prepared.rows[0]  # through the dialect's execute: SQL Server picks its variant for old tables
+                name = "send" if row["ttbr_ms"] is not None else self._send_untimed
+                self.dialect.execute(cursor, name, row, **prepared.queue.ids)
             else:
                 self.dialect.send_many(cursor, prepared.queue.address, prepared.rows)
         if prepared.delayed:
