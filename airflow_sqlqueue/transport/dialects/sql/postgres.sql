@@ -493,14 +493,7 @@ SELECT id::text, seq, failed_q, exception_type, message_type, time_of_failure,
        headers_preview, headers_length, body_preview, body_length
 FROM (
     SELECT id, seq, headers, body,
-           COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
-                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
-           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure,
+           {group_fields},
            left(headers, %(headers_chars)s) AS headers_preview, length(headers) AS headers_length,
            substring(body from 1 for %(body_bytes)s) AS body_preview, octet_length(body) AS body_length
     FROM {queue}
@@ -526,14 +519,7 @@ LIMIT %(batch_size)s
 -- last failure (fields read as in failed_page, one pass over the queue); largest groups first.
 SELECT failed_q, exception_type, message_type, count(*), min(time_of_failure), max(time_of_failure)
 FROM (
-    SELECT COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
-                    NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.ExceptionInfo.ExceptionType": "', 2), '"', 1), '')) AS exception_type,
-           left(COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.EnclosedMessageTypes": "', 2), '"', 1), '')), 300) AS message_type,
-           COALESCE(NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure":"', 2), '"', 1), ''),
-                    NULLIF(split_part(split_part(headers, '"NServiceBus.TimeOfFailure": "', 2), '"', 1), '')) AS time_of_failure
+    SELECT {group_fields}
     FROM {queue}
     WHERE seq > %(after_seq)s AND seq <= %(through_seq)s
 ) AS f
@@ -750,9 +736,9 @@ WHERE error_queue = %(error_queue)s AND failed_q IS NOT DISTINCT FROM %(failed_q
   AND message_count > 0
 
 -- error_groups_fields --
--- The group fields of one row of {queue}, read exactly as failed_groups reads them: FailedQ, exception type, message
--- type, time of failure. A fragment, never run alone: the {group_fields} slot of error_groups_range,
--- error_groups_merge_range and error_group_of is filled with it when the file is loaded (one text: they can never
+-- The group fields of one row of {queue}: FailedQ, exception type, message
+-- type, time of failure. A fragment, never run alone: the {group_fields} slot of failed_page, failed_groups,
+-- error_groups_range, error_groups_merge_range and error_group_of is filled with it when the file is loaded (one text: they can never
 -- read a header differently).
 COALESCE(NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ":"', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), ''),
                 NULLIF(replace(replace(replace(split_part(replace(replace(left(split_part(headers, '"NServiceBus.FailedQ": "', 2), 2000), '\\', E'\x02'), '\"', E'\x01'), '"', 1), E'\x01', '"'), '\/', '/'), E'\x02', '\'), '')) AS failed_q,
