@@ -157,9 +157,7 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
-        LOCAL_WRITES.count += 1  # LOCAL_WRITES.ended(), inline: once per write transaction
-        if LOCAL_WRITES._waiting:
-            LOCAL_WRITES.notify()
+        LOCAL_WRITES.ended()
 
 
 class Session:
@@ -332,14 +330,10 @@ class Session:
             if gate is not None and not gate.enter():
                 gate = None  # this thread's own write is open: the database decides
             try:
-                with self._lock:  # checkout, inline (a call costs as much as the pool's work)
-                    connection = self._idle.pop() if self._idle else None
-                if connection is None:
-                    connection = self._new()
+                connection = self.checkout()
                 cursor = None
                 try:
-                    entry = self._cursors.get(id(connection))
-                    cursor = entry[1] if entry is not None and entry[0] is connection else self._cursor(connection)
+                    cursor = self._cursor(connection)
                     if switch:
                         dialect.autocommit(connection, True)
                     result = work(cursor)
@@ -354,11 +348,7 @@ class Session:
                     gate.leave()
             if returns_rows:
                 self.release_cursor(connection, cursor)
-            with self._lock:  # checkin, inline
-                if len(self._idle) < self._max_idle:
-                    self._idle.append(connection)
-                    return result
-            self.checkin(connection, False)  # the pool is full: closed
+            self.checkin(connection)
             return result
 
         failed: Exception | None = None
@@ -368,8 +358,7 @@ class Session:
             failed = exc
         try:
             if failed is None:
-                if self.retry.breaker is not None:  # retry.succeeded(), inline
-                    self.retry.breaker.success()
+                self.retry.succeeded()
                 return result
             return self.retry.call(attempt, what, failed)
         except Exception as exc:
