@@ -240,13 +240,16 @@ class ErrorGroupSummary:
         ``background`` (a page's read): rows left above the high water are counted in the background too (the
         state says how many are behind). Without a check a read costs a few rows and two index seeks, whatever the
         queue's size."""
-        state = self.session.run(self._look, what=f"read the error groups of {self.name!r}", read_only=True)
+        def look() -> SummaryState | None:
+            return self.session.run(self._look, what=f"read the error groups of {self.name!r}", read_only=True)
+
+        state = look()
         if catch_up_rows > 0 and (state is None or (state.newest is not None and state.newest > state.high_water)):
             self.catch_up(max_rows=catch_up_rows)
-            state = self.session.run(self._look, what=f"read the error groups of {self.name!r}", read_only=True)
+            state = look()
         if state is None:  # no tables yet and nothing to count: made by the first catch-up
             self.create()
-            state = self.session.run(self._look, what=f"read the error groups of {self.name!r}", read_only=True)
+            state = look()
             assert state is not None  # noqa: S101 - made just now
         catch_up = background and state.behind > 0
         if check is None:
@@ -258,8 +261,7 @@ class ErrorGroupSummary:
             self.in_background(catch_up=True, check=False)
         if check:
             self.check()  # stored: the read after it says what it found
-            state = replace(self.session.run(self._look, what=f"read the error groups of {self.name!r}",
-                                             read_only=True) or state, exact=True)
+            state = replace(look() or state, exact=True)
         return state
 
     def _look(self, cur: Any) -> SummaryState | None:
@@ -325,10 +327,6 @@ class ErrorGroupSummary:
             _CHECKS[key] = thread
             thread.start()
         return thread
-
-    def check_in_background(self) -> threading.Thread | None:
-        """``check`` in the background (see ``in_background``)."""
-        return self.in_background(check=True)
 
     def _upkeep_quietly(self, catch_up: bool, check: bool) -> None:
         try:
