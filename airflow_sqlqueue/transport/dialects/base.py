@@ -6,18 +6,16 @@ Nothing above a dialect writes SQL: operations ask for statements by name and pa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple
 
 from ..common.errors import UnsupportedConnectionError
 from ..wire.address import QueueAddress
 from ..wire.messages import as_body, as_text, native_uuid
 from .sqlfile import Statement, load_statements
-
-T = TypeVar("T")
 
 Row = Sequence[Any]
 #: DB-API driver modules and the dialect each belongs to.
@@ -292,11 +290,6 @@ class Dialect:
 
     def begin(self, cursor: Any, read_only: bool = False) -> None:
         """Start a transaction where the driver does not start one implicitly."""
-
-    def first_statement(self, connection: Any, work: Callable[[], T]) -> T:
-        """Run ``work()``, the first statement of a transaction just begun, and return its result. A dialect whose
-        driver can send the transaction's BEGIN with it (one round trip) does so."""
-        return work()
 
     def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
         """Run ``last(cursor)`` (the transaction's last statement, its result unread) and commit. A dialect whose

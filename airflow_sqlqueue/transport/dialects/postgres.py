@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import select
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from ..common.errors import NameCollisionError, NotAQueueError, PermissionDeniedError, QueueNotFoundError
 from ..wire.address import QueueAddress, format_postgres, parse_postgres
 from .base import Dialect, Finding
-
-T = TypeVar("T")
 
 # SQLSTATEs (https://www.postgresql.org/docs/current/errcodes-appendix.html)
 DEADLOCK_DETECTED = "40P01"
@@ -150,18 +148,13 @@ class PostgresDialect(Dialect):
         if hasattr(connection, "set_session"):  # psycopg2
             connection.set_session(isolation_level="READ COMMITTED", autocommit=False)
 
-    def first_statement(self, connection: Any, work: Callable[[], T]) -> T:
-        """The first statement after its BEGIN, plain (two round trips, as a hand-written loop sends them).
-
-        Not in a psycopg pipeline: psycopg 3 follows the implicit BEGIN of a pipeline with a Sync of its own and
-        waits for it, reads the statement's rows through a flush request and syncs again when the block ends, so a
-        pipelined first statement cost three round trips, not one (libpq's protocol trace; issue 33), and its rows
-        were read in more Python steps."""
-        return work()
-
     def commit_after(self, connection: Any, cursor: Any, last: Any) -> None:
         """psycopg 3 with a libpq that pipelines: the last statement and COMMIT leave together (one round trip);
-        an error of either is raised when the pipeline syncs, and the transaction is not committed."""
+        an error of either is raised when the pipeline syncs, and the transaction is not committed.
+
+        A transaction's first statement is not pipelined with its BEGIN: psycopg 3 follows the implicit BEGIN of a
+        pipeline with a Sync of its own and waits for it, and syncs again when the block ends, so a pipelined first
+        statement cost three round trips, not one (libpq's protocol trace; issue 33)."""
         if not _pipelines(connection):
             super().commit_after(connection, cursor, last)
             return

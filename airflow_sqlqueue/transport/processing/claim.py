@@ -179,7 +179,7 @@ class Claim:
                 else:
                     def first(after: int | None = after) -> list[Any]:
                         return queue.lock(cursor, count, after)
-                rows = self.session.dialect.first_statement(tx.connection, first)  # sent with its BEGIN where it can
+                rows = first()
                 if position is not None:
                     if not rows and after is not None:
                         # nothing past the position: look from the head before the claim says the queue is empty
