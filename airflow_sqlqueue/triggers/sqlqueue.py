@@ -26,6 +26,7 @@ from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, Sql
 from airflow_sqlqueue.transport.common.redaction import describe
 from airflow_sqlqueue.transport.common.validation import check_count, is_number
 from airflow_sqlqueue.transport.operations.wakeups import Wakeups
+from airflow_sqlqueue.transport.processing.lease import RECOVER_EVERY, RENEW_EVERY, Leases
 from airflow_sqlqueue.transport.wire.headers import ENCLOSED_MESSAGE_TYPES
 from airflow_sqlqueue.transport.wire.payload import to_payload
 
@@ -438,6 +439,80 @@ class ClaimedBatch:
             self.claim.abandon()
 
 
+class LeasedBatch(ClaimedBatch):
+    """A claimed batch on a single-writer database (SQLite), whose open claim would hold the write lock until
+    Airflow stored the event: ``hold`` moves the emitted messages into the lease table (``transport.leases``) and
+    commits the claim before the event is emitted, so senders and the next claim do not wait; ``settle`` ends the
+    leases by the event's outcome (stored: deleted; rejected: error queue; failed: back in the queue at their
+    positions). ``recover``: the claim first puts back the leased rows of owners that are gone.
+    """
+
+    def __init__(self, transport: SqlQueueTransport, address: QueueAddress, leases: Leases,
+                 recover: bool = False) -> None:
+        super().__init__(transport, address)
+        self.leases = leases
+        self.recover = recover
+        #: Messages in the lease table under this batch (emitted, not settled yet).
+        self.held: list[int] = []
+        self.returned = 0
+
+    @property
+    def released(self) -> int:
+        return super().released + self.returned
+
+    def open(self, batch_size: int) -> None:
+        self.claim = self.transport.claim(self.address, batch_size,
+                                          before=self.leases.recover if self.recover else None)
+        self.messages = sorted(self.claim.messages, key=lambda m: m.seq)
+
+    def hold(self) -> None:
+        """Lease the emitted messages and commit the claim (it deletes them from the queue; released rows stay)."""
+        claim = self.claim
+        assert claim is not None
+        seqs = [m.seq for m in self.emitted]
+        try:
+            self.leases.lease(claim.cursor, seqs)
+            for message in self.emitted:
+                claim.ack(message)
+            claim.commit()
+        except BaseException:
+            claim.abandon()
+            raise
+        self.leases.leased(len(seqs))
+        self.held = seqs
+
+    def settle(self, outcome: AdvanceOutcome) -> None:
+        if not self.held:
+            super().settle(outcome)
+            return
+        seqs, self.held = self.held, []
+        self.stored = bool(outcome.is_clean and not outcome.rejected)
+        if outcome.rejected:
+            claim = self.claim
+            assert claim is not None
+
+            def dead_letter(cursor: Any) -> None:
+                for message in self.emitted:
+                    claim.queue.dead_letter(cursor, message.native_id, message.headers, message.body,
+                                            RejectedBySubscriberError("an Airflow trigger rejected the event"))
+
+            self.leases.settle(seqs, dead_letter=dead_letter)
+        elif outcome.is_clean:
+            self.leases.settle(seqs)
+        else:
+            self.leases.settle(seqs, put_back=seqs)
+            self.returned = len(seqs)
+
+    def abandon(self) -> None:
+        """Put the leased messages back in the queue (or undo the open claim)."""
+        if self.held:
+            seqs, self.held = self.held, []
+            self.leases.settle(seqs, put_back=seqs)
+            self.returned = len(seqs)
+        else:
+            super().abandon()
+
+
 class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
@@ -474,6 +549,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.max_event_bytes = max_event_bytes
         self.transport: SqlQueueTransport | None = None
         self._connection: Any = None
+        self._leases: Leases | None = None  # SQLite: this producer's lease owner (LeasedBatch)
         #: Claims whose event was emitted and not advanced yet, oldest first, by claim number.
         self._in_flight: dict[int, ClaimedBatch] = {}
         self._opening: ClaimedBatch | None = None  # the claim being opened or looked at, not emitted yet
@@ -507,8 +583,14 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         await asyncio.to_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
         loop = asyncio.get_running_loop()
         failures = 0
-        # SQLite: a claim holds the write lock until it is settled, so the next one waits for the advance
-        most_in_flight = 0 if self.transport.dialect.single_writer else MAX_EVENTS_IN_FLIGHT - 1
+        most_in_flight = MAX_EVENTS_IN_FLIGHT - 1
+        # SQLite: an open claim would hold the write lock until Airflow stored the event; a leased one does not
+        leases = self._leases = self.transport.leases(address) if self.transport.dialect.single_writer else None
+        renewing: asyncio.Task[None] | None = None
+        recovered_at = float("-inf")
+        if leases is not None:
+            await asyncio.to_thread(leases.create)
+            renewing = asyncio.create_task(self._renew(leases, name))
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
         await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
         log.info("queue %s: this trigger is %s", name, wakeups.describe())
@@ -523,7 +605,13 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     await asyncio.sleep(self.poll_interval)
                 if self._closing:
                     break
-                claim = ClaimedBatch(self.transport, address)
+                claim: ClaimedBatch
+                if leases is not None:  # the leases of gone owners are put back first: at start, then now and then
+                    recover = loop.time() - recovered_at >= RECOVER_EVERY
+                    recovered_at = loop.time() if recover else recovered_at
+                    claim = LeasedBatch(self.transport, address, leases, recover)
+                else:
+                    claim = ClaimedBatch(self.transport, address)
                 self._opening = claim
                 try:
                     await asyncio.to_thread(claim.open, self.batch_size)
@@ -570,6 +658,18 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     await asyncio.to_thread(claim.keep, len(items))
                 else:
                     claim.emitted = claim.messages
+                if isinstance(claim, LeasedBatch):
+                    try:
+                        await asyncio.to_thread(claim.hold)
+                    except Exception as exc:  # the claim was undone: every row is back in the queue
+                        self._opening = None
+                        failures += 1
+                        if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
+                            raise
+                        log.warning("leasing messages of %s failed (%d/%d), retrying: %s", name, failures,
+                                    MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
+                        await asyncio.sleep(self.poll_interval)
+                        continue
                 payload = batch_payload(name, items)
                 log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
                          len(items), payload["first_seq"], payload["last_seq"],
@@ -586,9 +686,24 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 self._opening = None
                 yield payload, claim.number
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
+            if renewing is not None:
+                renewing.cancel()
             await self._abandon_all()
+            if leases is not None:
+                leases.close()
             await asyncio.to_thread(wakeups.close)
             self._unregister()
+
+    @staticmethod
+    async def _renew(leases: Leases, name: str) -> None:
+        """Renew the leases this producer holds, every ``RENEW_EVERY`` seconds, while it runs."""
+        while True:
+            await asyncio.sleep(RENEW_EVERY)
+            try:
+                await asyncio.to_thread(leases.renew)
+            except Exception as exc:  # noqa: BLE001 - tried again next time; the lease lasts several periods
+                log.warning("queue %s: renewing the leases failed, trying again in %s s: %s", name, RENEW_EVERY,
+                            describe_error(exc))
 
     async def _abandon_all(self) -> None:
         claims = [c for c in (self._opening, *self._in_flight.values()) if c is not None]
