@@ -588,6 +588,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         leases = self._leases = self.transport.leases(address) if self.transport.dialect.single_writer else None
         renewing: asyncio.Task[None] | None = None
         recovered_at = float("-inf")
+        busy = False  # the last claim found rows
         if leases is not None:
             await asyncio.to_thread(leases.create)
             renewing = asyncio.create_task(self._renew(leases, name))
@@ -606,8 +607,10 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 if self._closing:
                     break
                 claim: ClaimedBatch
-                if leases is not None:  # the leases of gone owners are put back first: at start, then now and then
-                    recover = loop.time() - recovered_at >= RECOVER_EVERY
+                if leases is not None:  # gone owners' leases are put back first: at start, then every
+                    # RECOVER_EVERY while messages come (an idle watcher makes no statement more than before)
+                    recover = recovered_at == float("-inf") or (
+                        busy and loop.time() - recovered_at >= RECOVER_EVERY)
                     recovered_at = loop.time() if recover else recovered_at
                     claim = LeasedBatch(self.transport, address, leases, recover)
                 else:
@@ -616,6 +619,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 try:
                     await asyncio.to_thread(claim.open, self.batch_size)
                     failures = 0
+                    busy = claim.locked > 0
                 except Exception as exc:
                     self._opening = None
                     failures += 1

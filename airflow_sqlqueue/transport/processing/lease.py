@@ -7,9 +7,10 @@ lease end that the live owner renews. Once Airflow stored the event the owner de
 rows go back into the queue at their positions (the same seq), a rejected one's to the error queue.
 
 The rows of an owner that is gone (its lease ended, or its process on this host no longer runs) are put back into
-their queue, at their positions, by the next claim of that queue that looks (``recover``): a trigger does at its
-first claim and then every ``RECOVER_EVERY`` seconds. Being the oldest rows, they are emitted first, in queue
-order. A live owner never loses its lease while it renews (every ``RENEW_EVERY`` seconds, for ``LEASE_SECONDS``),
+their queue, at their positions, by the next claim of that queue that looks (``recover``, in the claim's
+transaction before it locks rows): a trigger looks at its first claim, then every ``RECOVER_EVERY`` seconds while
+messages come (an idle watcher makes no extra statement). Being older than any row sent since, they are emitted
+first, in queue order. A live owner never loses its lease while it renews (every ``RENEW_EVERY`` seconds, for ``LEASE_SECONDS``),
 so two live triggers never emit the same row.
 
 Every method blocks: the trigger calls them through ``asyncio.to_thread``.
