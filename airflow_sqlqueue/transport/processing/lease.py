@@ -1,17 +1,17 @@
 """Leases: claimed rows held outside the queue, not in an open transaction (SQLite's event trigger).
 
-On SQLite a claim's open transaction holds the database's one write lock: while the event trigger waited (about
-2 s) for Airflow to store an event, every sender waited too. A leased claim instead moves its batch, in the short
-claim transaction, from the queue into the lease table (``SqlQueueLeases`` beside the queue) under an owner and a
-lease end that the live owner renews. Once Airflow stored the event the owner deletes the rows; a failed event's
-rows go back into the queue at their positions (the same seq), a rejected one's to the error queue.
+On SQLite a claim's open transaction holds the database's one write lock: while the event trigger waited (about 2 s)
+for Airflow to store an event, every sender waited too. A leased claim instead moves its batch, in the short claim
+transaction, from the queue into the lease table (``SqlQueueLeases`` beside the queue) under an owner and a lease
+end that the live owner renews. Once Airflow stored the event the owner deletes the rows; a failed event's rows go
+back into the queue at their positions (the same seq), a rejected one's to the error queue.
 
 The rows of an owner that is gone (its lease ended, or its process on this host no longer runs) are put back into
-their queue, at their positions, by the next claim of that queue that looks (``recover``, in the claim's
-transaction before it locks rows): a trigger looks at its first claim, then every ``RECOVER_EVERY`` seconds while
-messages come (an idle watcher makes no extra statement). Being older than any row sent since, they are emitted
-first, in queue order. A live owner never loses its lease while it renews (every ``RENEW_EVERY`` seconds, for ``LEASE_SECONDS``),
-so two live triggers never emit the same row.
+their queue, at their positions, by the next claim of that queue that looks (``recover``, in the claim's transaction
+before it locks rows): a trigger looks at its first claim, then every ``RECOVER_EVERY`` seconds while messages come
+(an idle watcher makes no extra statement). Being older than any row sent since, they are emitted first, in queue
+order. A live owner never loses its lease while it renews (every ``RENEW_EVERY`` seconds, for ``LEASE_SECONDS``), so
+two live triggers never emit the same row.
 
 Every method blocks: the trigger calls them through ``asyncio.to_thread``.
 """
