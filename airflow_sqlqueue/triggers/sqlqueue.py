@@ -3,8 +3,8 @@
 - ``SqlQueueTrigger`` waits in the triggerer until a queue holds at least N messages (the deferrable half of
   ``SqlQueueSensor``).
 - ``SqlQueueMessageTrigger`` emits one event per claimed batch of messages, for ``AssetWatcher`` (event-driven
-  scheduling). It runs in the triggerer's ack mode: rows are claimed (locked, not deleted) when emitted, and
-  deleted only once Airflow has stored the asset event, so a triggerer crash returns them to the queue.
+  scheduling). It runs in the triggerer's ack mode: rows are claimed (locked, not deleted; on SQLite leased) when
+  emitted, and deleted only once Airflow has stored the asset event, so a triggerer crash returns them to the queue.
   ``event_messages(context)`` gives a task the messages of the events that triggered its run.
 """
 
@@ -159,7 +159,7 @@ DEFAULT_MAX_BODY_BYTES = 65536
 #: merges what came meanwhile into one run (docs/performance.md, issue 29: 2 s made a trickle's messages wait 0-2 s).
 DEFAULT_MIN_EVENT_INTERVAL = 0.5
 LIGHT_EVENT_MESSAGES = 10
-#: Most events of one watcher emitted and not stored yet, where claims do not block each other (not SQLite).
+#: Most events of one watcher emitted and not stored yet.
 MAX_EVENTS_IN_FLIGHT = 4
 #: While a sweep event is owed, an empty queue is looked at again this often (seconds) until it is due.
 SWEEP_CHECK_INTERVAL = 0.25
@@ -186,8 +186,8 @@ def next_event_gap(last_count: int, event_interval: float, min_event_interval: f
     load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
 
     The first message after a quiet period goes out at once; messages that arrive within the gap join the next
-    event. Where claims do not block each other (PostgreSQL, SQL Server) the next batch is claimed while the
-    previous event is still being stored; on SQLite only once Airflow acknowledged it.
+    event. The next batch is claimed while the previous event is still being stored (on SQLite the claim leases
+    its batch: ``LeasedBatch``).
 
     On Airflow 3.3 an event stored while the scheduler has not yet created the run of the previous event is left
     out of that run and waits for the next event (the scheduler queues a DAG by one row per asset, insert-or-
@@ -517,11 +517,11 @@ class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
     ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages, no sooner than
-    ``next_event_gap`` after the previous event. Where claims do not block each other (PostgreSQL, SQL Server:
-    locked rows are skipped) it claims the next batch while earlier events are still being stored (up to
-    ``MAX_EVENTS_IN_FLIGHT``); on SQLite (one writer: a claim holds the write lock) only once Airflow advanced
-    the previous event. ``advance`` deletes a batch once its asset events were stored, moves a rejected batch to
-    the error queue, and leaves a failed one in the queue (emitted again). Where Airflow's scheduler can leave an
+    ``next_event_gap`` after the previous event. It claims the next batch while earlier events are still being
+    stored (up to ``MAX_EVENTS_IN_FLIGHT``): on PostgreSQL and SQL Server claims skip each other's locked rows; on
+    SQLite (one writer) each batch is leased (``LeasedBatch``) so that no claim holds the write lock meanwhile.
+    ``advance`` deletes a batch once its asset events were stored, moves a rejected batch to the error queue, and
+    leaves a failed one in the queue (emitted again). Where Airflow's scheduler can leave an
     event out of a run (before 3.4), an event close behind another is followed, when nothing comes after it, by
     an empty sweep event ``event_interval`` later (see ``next_event_gap``). See ``SqlQueueMessageTrigger`` for the
     parameters.
@@ -790,8 +790,9 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     keep a gap (``next_event_gap``): ``min_event_interval`` (0.5 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
     within the gap join the next event. On PostgreSQL and SQL Server the next batch is claimed while the previous
-    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite, whose claim
-    holds the write lock, only after. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without
+    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite too, whose
+    claim leases its batch (``LeasedBatch``) rather than hold the write lock meanwhile. Spaced events are what
+    Airflow 3.3's scheduler turns into DAG runs without
     leaving events behind (an event stored before the scheduler created the run of the previous one waits for the
     next event: apache/airflow#56749); one event per message hit that on most bursts. So on Airflow before 3.4 an
     event close behind another (within ``event_interval``, or while that one is not stored yet) that no message
@@ -799,7 +800,9 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     any event the scheduler left out.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
-    deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
+    deleted only after Airflow stored the asset event. On SQLite the claim moves the batch into the lease table
+    under a lease its live trigger renews (senders do not wait for the event); the rows of a gone owner go back
+    into the queue at their positions and are emitted first. Two live triggerers never emit the same message. Guarantee:
     every message is in a stored event at least once; if the triggerer dies after Airflow stored the event but
     before the delete committed, the batch is emitted again (duplicates only after a crash, always with the same
     ``id``). A failed event is emitted again; a rejected one goes to the error queue. Several DAGs watching the
