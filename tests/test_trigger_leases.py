@@ -71,17 +71,23 @@ def test_a_pending_event_does_not_block_a_sender(lite: Db, monkeypatch: pytest.M
     assert pending(lite, "orders") == 1 and leased(lite, "orders") == 0  # closing returned the leased batch
 
 
+def lease_oldest(db: Db, count: int) -> lease.Leases:
+    """A new lease owner holding the ``count`` oldest rows of ``orders`` (claimed, leased, committed)."""
+    address = db.transport.address(db.q("orders"))
+    owner = db.transport.leases(address)
+    owner.create()
+    claim = db.transport.claim(address, count)
+    owner.lease(claim.cursor, [m.seq for m in claim.messages])
+    claim.ack_all()
+    claim.commit()
+    return owner
+
+
 def test_leases_of_a_gone_owner_are_put_back_first_in_queue_order(lite: Db) -> None:
     """Rows leased by an owner whose lease ended come back at their positions, ahead of later sends."""
     sent = send(lite, 3)
     address = lite.transport.address(lite.q("orders"))
-    gone = lite.transport.leases(address)
-    gone.create()
-    claim = lite.transport.claim(address, 2)
-    gone.lease(claim.cursor, [m.seq for m in claim.messages])
-    claim.ack_all()
-    claim.commit()
-    gone.close()
+    lease_oldest(lite, 2).close()
     lite.sql('UPDATE "SqlQueueLeases" SET LeasedUntil = 0')  # its lease ended
     assert leased(lite, "orders") == 2 and count(lite, "orders") == 1
     later = send(lite, 1, prefix="later")
@@ -96,12 +102,7 @@ def test_leases_of_a_gone_owner_are_put_back_first_in_queue_order(lite: Db) -> N
 def test_a_live_owner_keeps_its_lease(lite: Db) -> None:
     send(lite, 2)
     address = lite.transport.address(lite.q("orders"))
-    holder = lite.transport.leases(address)
-    holder.create()
-    claim = lite.transport.claim(address, 1)
-    holder.lease(claim.cursor, [m.seq for m in claim.messages])
-    claim.ack_all()
-    claim.commit()
+    lease_oldest(lite, 1)
     other = lite.transport.leases(address)
     with lite.transport.claim(address, 10, before=other.recover) as second:
         assert len(second.messages) == 1  # the leased row is not put back: its owner lives

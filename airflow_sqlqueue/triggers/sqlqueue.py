@@ -623,11 +623,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 except Exception as exc:
                     self._opening = None
                     failures += 1
-                    if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
-                        raise
-                    log.warning("claiming messages of %s failed (%d/%d), retrying: %s", name, failures,
-                                MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
-                    await asyncio.sleep(self.poll_interval)
+                    await self._retry_after(exc, failures, f"claiming messages of {name}")
                     continue
                 if self.filter and claim.messages:
                     refused = [(m, r) for m in claim.messages if (r := self.filter.refusal(m)) is not None]
@@ -668,11 +664,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     except Exception as exc:  # the claim was undone: every row is back in the queue
                         self._opening = None
                         failures += 1
-                        if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
-                            raise
-                        log.warning("leasing messages of %s failed (%d/%d), retrying: %s", name, failures,
-                                    MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
-                        await asyncio.sleep(self.poll_interval)
+                        await self._retry_after(exc, failures, f"leasing messages of {name}")
                         continue
                 payload = batch_payload(name, items)
                 log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
@@ -697,6 +689,15 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 leases.close()
             await asyncio.to_thread(wakeups.close)
             self._unregister()
+
+    async def _retry_after(self, exc: Exception, failures: int, what: str) -> None:
+        """After the ``failures``-th failure in a row: raise it unless transient and under the limit, else wait."""
+        assert self.transport is not None
+        if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
+            raise exc
+        log.warning("%s failed (%d/%d), retrying: %s", what, failures, MAX_TRANSIENT_FAILURES,
+                    describe_error(exc, self._connection))
+        await asyncio.sleep(self.poll_interval)
 
     @staticmethod
     async def _renew(leases: Leases, name: str) -> None:
