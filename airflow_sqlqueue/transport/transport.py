@@ -28,6 +28,7 @@ from .operations.pubsub import DEFAULT_SUBSCRIPTION_TABLE, PublishResult, PubSub
 from .operations.pump import MessagePump, ProcessSummary
 from .operations.wakeups import Wakeups
 from .processing.claim import Claim, take_once
+from .processing.lease import Leases
 from .processing.modes import TransactionMode
 from .processing.recoverability import Recoverability
 from .processing.sending import Outbox
@@ -261,14 +262,21 @@ class SqlQueueTransport:
         return self.pubsub.publish(event_type, message, base_types=base_types)
 
     # -- receive ---------------------------------------------------------------------------------
-    def claim(self, queue: str | QueueAddress, max_messages: int = 1, *, take: bool = False) -> Claim:
+    def claim(self, queue: str | QueueAddress, max_messages: int = 1, *, take: bool = False,
+              before: Callable[[Any], Any] | None = None) -> Claim:
         """Lock up to ``max_messages`` of the oldest messages in an open transaction; settle each, then commit.
 
         See :class:`~airflow_sqlqueue.transport.processing.claim.Claim`. Use it as a context manager (commit at the
-        end of the block, abandon on an error), or call ``commit``/``abandon`` yourself.
+        end of the block, abandon on an error), or call ``commit``/``abandon`` yourself. ``before(cursor)`` runs in
+        the claim's transaction before the rows are locked.
         """
         check_count(max_messages, "max_messages")
-        return Claim(self.session, self.book.queue(queue), take=take).open(max_messages)
+        return Claim(self.session, self.book.queue(queue), take=take, before=before).open(max_messages)
+
+    def leases(self, queue: str | QueueAddress) -> Leases:
+        """A new lease owner on ``queue`` (SQLite's event trigger; see ``processing.lease``)."""
+        address = self.book.address(queue)
+        return Leases(self.session, self.dialect, address, self.dialect.format_address(address))
 
     @contextmanager
     def receiving(self, queue: str | QueueAddress, max_messages: int = 1) -> Iterator[ReceivedBatch]:

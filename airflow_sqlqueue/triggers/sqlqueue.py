@@ -3,8 +3,8 @@
 - ``SqlQueueTrigger`` waits in the triggerer until a queue holds at least N messages (the deferrable half of
   ``SqlQueueSensor``).
 - ``SqlQueueMessageTrigger`` emits one event per claimed batch of messages, for ``AssetWatcher`` (event-driven
-  scheduling). It runs in the triggerer's ack mode: rows are claimed (locked, not deleted) when emitted, and
-  deleted only once Airflow has stored the asset event, so a triggerer crash returns them to the queue.
+  scheduling). It runs in the triggerer's ack mode: rows are claimed (locked, not deleted; on SQLite leased) when
+  emitted, and deleted only once Airflow has stored the asset event, so a triggerer crash returns them to the queue.
   ``event_messages(context)`` gives a task the messages of the events that triggered its run.
 """
 
@@ -26,6 +26,7 @@ from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, Sql
 from airflow_sqlqueue.transport.common.redaction import describe
 from airflow_sqlqueue.transport.common.validation import check_count, is_number
 from airflow_sqlqueue.transport.operations.wakeups import Wakeups
+from airflow_sqlqueue.transport.processing.lease import RECOVER_EVERY, RENEW_EVERY, Leases
 from airflow_sqlqueue.transport.wire.headers import ENCLOSED_MESSAGE_TYPES
 from airflow_sqlqueue.transport.wire.payload import to_payload
 
@@ -158,7 +159,7 @@ DEFAULT_MAX_BODY_BYTES = 65536
 #: merges what came meanwhile into one run (docs/performance.md, issue 29: 2 s made a trickle's messages wait 0-2 s).
 DEFAULT_MIN_EVENT_INTERVAL = 0.5
 LIGHT_EVENT_MESSAGES = 10
-#: Most events of one watcher emitted and not stored yet, where claims do not block each other (not SQLite).
+#: Most events of one watcher emitted and not stored yet.
 MAX_EVENTS_IN_FLIGHT = 4
 #: While a sweep event is owed, an empty queue is looked at again this often (seconds) until it is due.
 SWEEP_CHECK_INTERVAL = 0.25
@@ -185,8 +186,8 @@ def next_event_gap(last_count: int, event_interval: float, min_event_interval: f
     load (more than ``LIGHT_EVENT_MESSAGES``), else ``min_event_interval`` (never more than ``event_interval``).
 
     The first message after a quiet period goes out at once; messages that arrive within the gap join the next
-    event. Where claims do not block each other (PostgreSQL, SQL Server) the next batch is claimed while the
-    previous event is still being stored; on SQLite only once Airflow acknowledged it.
+    event. The next batch is claimed while the previous event is still being stored (on SQLite the claim leases
+    its batch: ``LeasedBatch``).
 
     On Airflow 3.3 an event stored while the scheduler has not yet created the run of the previous event is left
     out of that run and waits for the next event (the scheduler queues a DAG by one row per asset, insert-or-
@@ -438,15 +439,89 @@ class ClaimedBatch:
             self.claim.abandon()
 
 
+class LeasedBatch(ClaimedBatch):
+    """A claimed batch on a single-writer database (SQLite), whose open claim would hold the write lock until
+    Airflow stored the event: ``hold`` moves the emitted messages into the lease table (``transport.leases``) and
+    commits the claim before the event is emitted, so senders and the next claim do not wait; ``settle`` ends the
+    leases by the event's outcome (stored: deleted; rejected: error queue; failed: back in the queue at their
+    positions). ``recover``: the claim first puts back the leased rows of owners that are gone.
+    """
+
+    def __init__(self, transport: SqlQueueTransport, address: QueueAddress, leases: Leases,
+                 recover: bool = False) -> None:
+        super().__init__(transport, address)
+        self.leases = leases
+        self.recover = recover
+        #: Messages in the lease table under this batch (emitted, not settled yet).
+        self.held: list[int] = []
+        self.returned = 0
+
+    @property
+    def released(self) -> int:
+        return super().released + self.returned
+
+    def open(self, batch_size: int) -> None:
+        self.claim = self.transport.claim(self.address, batch_size,
+                                          before=self.leases.recover if self.recover else None)
+        self.messages = sorted(self.claim.messages, key=lambda m: m.seq)
+
+    def hold(self) -> None:
+        """Lease the emitted messages and commit the claim (it deletes them from the queue; released rows stay)."""
+        claim = self.claim
+        assert claim is not None
+        seqs = [m.seq for m in self.emitted]
+        try:
+            self.leases.lease(claim.cursor, seqs)
+            for message in self.emitted:
+                claim.ack(message)
+            claim.commit()
+        except BaseException:
+            claim.abandon()
+            raise
+        self.leases.leased(len(seqs))
+        self.held = seqs
+
+    def settle(self, outcome: AdvanceOutcome) -> None:
+        if not self.held:
+            super().settle(outcome)
+            return
+        seqs, self.held = self.held, []
+        self.stored = bool(outcome.is_clean and not outcome.rejected)
+        if outcome.rejected:
+            claim = self.claim
+            assert claim is not None
+
+            def dead_letter(cursor: Any) -> None:
+                for message in self.emitted:
+                    claim.queue.dead_letter(cursor, message.native_id, message.headers, message.body,
+                                            RejectedBySubscriberError("an Airflow trigger rejected the event"))
+
+            self.leases.settle(seqs, dead_letter=dead_letter)
+        elif outcome.is_clean:
+            self.leases.settle(seqs)
+        else:
+            self.leases.settle(seqs, put_back=seqs)
+            self.returned = len(seqs)
+
+    def abandon(self) -> None:
+        """Put the leased messages back in the queue (or undo the open claim)."""
+        if self.held:
+            seqs, self.held = self.held, []
+            self.leases.settle(seqs, put_back=seqs)
+            self.returned = len(seqs)
+        else:
+            super().abandon()
+
+
 class SqlQueueStreamProducer(SharedStreamProducer):
     """The broker side of ``SqlQueueMessageTrigger`` in the triggerer's ack mode.
 
     ``open_stream`` claims a batch of rows and yields ONE raw event carrying its messages, no sooner than
-    ``next_event_gap`` after the previous event. Where claims do not block each other (PostgreSQL, SQL Server:
-    locked rows are skipped) it claims the next batch while earlier events are still being stored (up to
-    ``MAX_EVENTS_IN_FLIGHT``); on SQLite (one writer: a claim holds the write lock) only once Airflow advanced
-    the previous event. ``advance`` deletes a batch once its asset events were stored, moves a rejected batch to
-    the error queue, and leaves a failed one in the queue (emitted again). Where Airflow's scheduler can leave an
+    ``next_event_gap`` after the previous event. It claims the next batch while earlier events are still being
+    stored (up to ``MAX_EVENTS_IN_FLIGHT``): on PostgreSQL and SQL Server claims skip each other's locked rows; on
+    SQLite (one writer) each batch is leased (``LeasedBatch``) so that no claim holds the write lock meanwhile.
+    ``advance`` deletes a batch once its asset events were stored, moves a rejected batch to the error queue, and
+    leaves a failed one in the queue (emitted again). Where Airflow's scheduler can leave an
     event out of a run (before 3.4), an event close behind another is followed, when nothing comes after it, by
     an empty sweep event ``event_interval`` later (see ``next_event_gap``). See ``SqlQueueMessageTrigger`` for the
     parameters.
@@ -474,6 +549,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.max_event_bytes = max_event_bytes
         self.transport: SqlQueueTransport | None = None
         self._connection: Any = None
+        self._leases: Leases | None = None  # SQLite: this producer's lease owner (LeasedBatch)
         #: Claims whose event was emitted and not advanced yet, oldest first, by claim number.
         self._in_flight: dict[int, ClaimedBatch] = {}
         self._opening: ClaimedBatch | None = None  # the claim being opened or looked at, not emitted yet
@@ -507,8 +583,15 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         await asyncio.to_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
         loop = asyncio.get_running_loop()
         failures = 0
-        # SQLite: a claim holds the write lock until it is settled, so the next one waits for the advance
-        most_in_flight = 0 if self.transport.dialect.single_writer else MAX_EVENTS_IN_FLIGHT - 1
+        most_in_flight = MAX_EVENTS_IN_FLIGHT - 1
+        # SQLite: an open claim would hold the write lock until Airflow stored the event; a leased one does not
+        leases = self._leases = self.transport.leases(address) if self.transport.dialect.single_writer else None
+        renewing: asyncio.Task[None] | None = None
+        recovered_at = float("-inf")
+        busy = False  # the last claim found rows
+        if leases is not None:
+            await asyncio.to_thread(leases.create)
+            renewing = asyncio.create_task(self._renew(leases, name))
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
         await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
         log.info("queue %s: this trigger is %s", name, wakeups.describe())
@@ -523,19 +606,24 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     await asyncio.sleep(self.poll_interval)
                 if self._closing:
                     break
-                claim = ClaimedBatch(self.transport, address)
+                claim: ClaimedBatch
+                if leases is not None:  # gone owners' leases are put back first: at start, then every
+                    # RECOVER_EVERY while messages come (an idle watcher makes no statement more than before)
+                    recover = recovered_at == float("-inf") or (
+                        busy and loop.time() - recovered_at >= RECOVER_EVERY)
+                    recovered_at = loop.time() if recover else recovered_at
+                    claim = LeasedBatch(self.transport, address, leases, recover)
+                else:
+                    claim = ClaimedBatch(self.transport, address)
                 self._opening = claim
                 try:
                     await asyncio.to_thread(claim.open, self.batch_size)
                     failures = 0
+                    busy = claim.locked > 0
                 except Exception as exc:
                     self._opening = None
                     failures += 1
-                    if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
-                        raise
-                    log.warning("claiming messages of %s failed (%d/%d), retrying: %s", name, failures,
-                                MAX_TRANSIENT_FAILURES, describe_error(exc, self._connection))
-                    await asyncio.sleep(self.poll_interval)
+                    await self._retry_after(exc, failures, f"claiming messages of {name}")
                     continue
                 if self.filter and claim.messages:
                     refused = [(m, r) for m in claim.messages if (r := self.filter.refusal(m)) is not None]
@@ -570,6 +658,14 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     await asyncio.to_thread(claim.keep, len(items))
                 else:
                     claim.emitted = claim.messages
+                if isinstance(claim, LeasedBatch):
+                    try:
+                        await asyncio.to_thread(claim.hold)
+                    except Exception as exc:  # the claim was undone: every row is back in the queue
+                        self._opening = None
+                        failures += 1
+                        await self._retry_after(exc, failures, f"leasing messages of {name}")
+                        continue
                 payload = batch_payload(name, items)
                 log.info("queue %s: one event for %d messages (seq %s..%s, %d bytes of bodies)%s", name,
                          len(items), payload["first_seq"], payload["last_seq"],
@@ -586,9 +682,33 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 self._opening = None
                 yield payload, claim.number
         finally:  # closed early (cancelled, or the consumer left): nothing claimed stays locked
+            if renewing is not None:
+                renewing.cancel()
             await self._abandon_all()
+            if leases is not None:
+                leases.close()
             await asyncio.to_thread(wakeups.close)
             self._unregister()
+
+    async def _retry_after(self, exc: Exception, failures: int, what: str) -> None:
+        """After the ``failures``-th failure in a row: raise it unless transient and under the limit, else wait."""
+        assert self.transport is not None
+        if not _is_transient(self.transport, exc) or failures >= MAX_TRANSIENT_FAILURES:
+            raise exc
+        log.warning("%s failed (%d/%d), retrying: %s", what, failures, MAX_TRANSIENT_FAILURES,
+                    describe_error(exc, self._connection))
+        await asyncio.sleep(self.poll_interval)
+
+    @staticmethod
+    async def _renew(leases: Leases, name: str) -> None:
+        """Renew the leases this producer holds, every ``RENEW_EVERY`` seconds, while it runs."""
+        while True:
+            await asyncio.sleep(RENEW_EVERY)
+            try:
+                await asyncio.to_thread(leases.renew)
+            except Exception as exc:  # noqa: BLE001 - tried again next time; the lease lasts several periods
+                log.warning("queue %s: renewing the leases failed, trying again in %s s: %s", name, RENEW_EVERY,
+                            describe_error(exc))
 
     async def _abandon_all(self) -> None:
         claims = [c for c in (self._opening, *self._in_flight.values()) if c is not None]
@@ -671,8 +791,9 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     keep a gap (``next_event_gap``): ``min_event_interval`` (0.5 s) after an event of at most 10 messages (light
     traffic, such as one send a second), ``event_interval`` (5 s) after a bigger one (load). Messages that arrive
     within the gap join the next event. On PostgreSQL and SQL Server the next batch is claimed while the previous
-    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite, whose claim
-    holds the write lock, only after. Spaced events are what Airflow 3.3's scheduler turns into DAG runs without
+    event is still being stored (Airflow confirms an event about 2 s after it is emitted); on SQLite too, whose
+    claim leases its batch (``LeasedBatch``) rather than hold the write lock meanwhile. Spaced events are what
+    Airflow 3.3's scheduler turns into DAG runs without
     leaving events behind (an event stored before the scheduler created the run of the previous one waits for the
     next event: apache/airflow#56749); one event per message hit that on most bursts. So on Airflow before 3.4 an
     event close behind another (within ``event_interval``, or while that one is not stored yet) that no message
@@ -680,7 +801,9 @@ class SqlQueueMessageTrigger(BaseEventTrigger):
     any event the scheduler left out.
 
     The triggerer runs it in ack mode: the batch is claimed (locked, not deleted) when its event is emitted and
-    deleted only after Airflow stored the asset event. Two triggerers never emit the same message. Guarantee:
+    deleted only after Airflow stored the asset event. On SQLite the claim moves the batch into the lease table
+    under a lease its live trigger renews (senders do not wait for the event); the rows of a gone owner go back
+    into the queue at their positions and are emitted first. Two live triggerers never emit the same message. Guarantee:
     every message is in a stored event at least once; if the triggerer dies after Airflow stored the event but
     before the delete committed, the batch is emitted again (duplicates only after a crash, always with the same
     ``id``). A failed event is emitted again; a rejected one goes to the error queue. Several DAGs watching the

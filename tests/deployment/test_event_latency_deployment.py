@@ -1,15 +1,15 @@
 """Send -> DAG run start on a real deployment with the shipped example DAG's own settings (issue 29).
 
 ``example_asset_watcher.py`` as shipped (``poll_interval`` 2 s, the trigger's defaults: back-off to 8 s,
-``event_interval`` 5 s, ``min_event_interval`` 0.5 s), its queue on PostgreSQL with the wake-up trigger and on SQLite
-(file wake-ups), LocalExecutor, metadata on PostgreSQL. Each backend waits for the watcher to start (the DAG
-processor's next parse after the unpause) before it measures. Send patterns: isolated sends after quiet spells, one
-send a second, bursts of 20; then a pause and an unpause. Latency counts from just before the send call (on SQLite a
-send waits while the watcher's claim holds the write lock). Every message must end in a successful run (counted
-per message from the asset events and
-their runs); the latencies are printed as a table, never asserted (timing is read, not tested). Each pattern also
-prints where its runs' time went (``breakdown``) and the CPU seconds per run. One pattern and backend while iterating
-(about 5 min): ``-k "one_send and postgresql"``; Airflow settings to try: ``airflow_settings``.
+``event_interval`` 5 s, ``min_event_interval`` 0.5 s), its queue on PostgreSQL with the wake-up trigger and on
+SQLite (file wake-ups), LocalExecutor, metadata on PostgreSQL. Each backend waits for the watcher to start (the DAG
+processor's next parse after the unpause) before it measures. First a minute with nothing sent (metadata
+transactions a minute and CPU seconds at rest); then send patterns: isolated sends after quiet spells, one send a
+second, bursts of 20; then a pause and an unpause. Latency counts from just before the send call. Every message must
+end in a successful run (counted per message from the asset events and their runs); the latencies are printed as a
+table, never asserted (timing is read, not tested). Each pattern also prints where its runs' time went
+(``breakdown``) and the CPU seconds per run. One pattern and backend while iterating (about 5 min): ``-k "one_send
+and postgresql"``; Airflow settings to try: ``airflow_settings``.
 """
 
 from __future__ import annotations
@@ -169,6 +169,25 @@ def runs_breakdown(deployment: Deployment, sent: dict[str, float]) -> dict[str, 
             "start->task start p50": med([(r[6] - r[2]).total_seconds() for r in runs]),
             "task p50": med([(r[7] - r[6]).total_seconds() for r in runs]),
             "tasks running at creation p50": med([sum(1 for a, b in spans if a <= c < b) for c in created])}
+
+
+def metadata_xacts(deployment: Deployment) -> tuple[float, int]:
+    """The time and the transactions the metadata database counted so far (``pg_stat_database``; every Airflow
+    component's statements run in one, so their rate is what a setting such as the scheduler's idle sleep costs)."""
+    row = deployment.query("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                           "WHERE datname = current_database()")
+    return time.time(), int(row[0][0])
+
+
+def test_idle_minute(example: Deployment) -> None:
+    """Nothing sent for 60 s: what the deployment costs at rest (metadata transactions a minute, CPU seconds)."""
+    cpu, start = example.cpu_seconds(), metadata_xacts(example)
+    time.sleep(60)
+    end, now = metadata_xacts(example), example.cpu_seconds()
+    row = {"backend": example.backend, "pattern": "idle 60 s",
+           "metadata xacts/min": round((end[1] - start[1] - 1) * 60 / (end[0] - start[0])),
+           "cpu s": {name: round(now[name] - cpu.get(name, 0.0), 2) for name in now}}
+    print(row)
 
 
 def finish(deployment: Deployment, name: str, sent: dict[str, float], timeout: float = 180,

@@ -26,6 +26,8 @@ MAX_FILLED = 4096
 #: The error groups summary tables beside an error queue (``errorqueue.summary``), in the error queue's schema.
 ERROR_GROUPS_TABLE = "SqlQueueErrorGroups"
 ERROR_GROUPS_STATE_TABLE = "SqlQueueErrorGroupsState"
+#: The lease table beside a queue (``processing.lease``, SQLite's event trigger), in the queue's schema.
+LEASE_TABLE = "SqlQueueLeases"
 
 
 class RawRow(NamedTuple):
@@ -169,7 +171,8 @@ class Dialect:
                # the error groups summary beside an error queue, in its schema (``errorqueue.summary``)
                "groups": self.qualified(replace(address, table=ERROR_GROUPS_TABLE)),
                "state": self.qualified(replace(address, table=ERROR_GROUPS_STATE_TABLE)),
-               "groups_index": self.quote(f"{ERROR_GROUPS_TABLE}_ErrorQueue_ix")}
+               "groups_index": self.quote(f"{ERROR_GROUPS_TABLE}_ErrorQueue_ix"),
+               "leases": self.qualified(replace(address, table=LEASE_TABLE))}
         for kind in self.index_kinds:
             ids[kind + "_index"] = self.quote(self.index_name(address, kind))
         return ids

@@ -133,12 +133,15 @@ class Claim:
     :param within: claim only rows at these positions (with ``take``: a partition of a partitioned drain).
     :param position: the receiver's position (start past its last row; see ``ReceivePosition``), or None: from
         the head of the queue.
+    :param before: ``before(cursor)`` runs in the claim's transaction before the rows are locked (the event
+        trigger's lease recovery puts rows back there first).
     """
 
     _numbers = itertools.count(1)
 
     def __init__(self, session: Session, queue: TableQueue, *, take: bool = False,
-                 within: SeqRange | None = None, position: ReceivePosition | None = None) -> None:
+                 within: SeqRange | None = None, position: ReceivePosition | None = None,
+                 before: Callable[[Any], Any] | None = None) -> None:
         if within is not None and not take:
             raise ValueError("a claim restricted to a position range must take its rows (take=True)")
         self.session = session
@@ -146,6 +149,7 @@ class Claim:
         self.take = take
         self.within = within
         self.position = position
+        self.before = before
         #: A number unique in this process (the event trigger tells its claims apart by it).
         self.number = next(self._numbers)
         self.messages: list[ReceivedMessage] = []
@@ -171,6 +175,8 @@ class Claim:
             tx = self._tx = self.session.begin()
             try:
                 cursor = tx.cursor
+                if self.before is not None:
+                    self.before(cursor)
                 queue, within, position = self.queue, self.within, self.position
                 after = None if position is None else position.start()
                 if self.take:

@@ -249,6 +249,56 @@ DELETE FROM {table} WHERE rowid IN (
     WHERE julianday(ProcessedAt) < julianday('now') - %(older_than_s)s / 86400.0
     LIMIT %(batch_size)s)
 
+-- create_lease_table --
+-- Leased rows (the event trigger's claims, ``processing.lease``): rows moved out of their queue in a short
+-- transaction, each under its owner (a live trigger renews LeasedUntil, unix seconds) until Airflow stored the event
+-- carrying them. Column names differ from a queue's, so the table is never taken for a queue.
+CREATE TABLE IF NOT EXISTS {leases} (
+    QueueName text NOT NULL,
+    RowSeq integer NOT NULL,
+    RowId text NOT NULL,
+    RowExpires text NULL,
+    RowHeaders text NOT NULL,
+    RowBody blob NULL,
+    Owner text NOT NULL,
+    LeasedUntil real NOT NULL,
+    PRIMARY KEY (QueueName, RowSeq)
+)
+
+-- lease_owners --
+-- The owners holding leased rows of one queue, each with its lease's end (unix seconds).
+SELECT Owner, max(LeasedUntil) FROM {leases} WHERE QueueName = %(queue_name)s GROUP BY Owner
+
+-- lease_rows --
+-- Copy claimed rows of a queue (%(seqs)s: a JSON array of positions) into the lease table under an owner; the
+-- claim deletes them from the queue in the same transaction.
+INSERT INTO {leases} (QueueName, RowSeq, RowId, RowExpires, RowHeaders, RowBody, Owner, LeasedUntil)
+SELECT %(queue_name)s, seq, id, expires, headers, body, %(owner)s, %(until)s FROM {queue}
+WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
+
+-- renew_leases --
+-- Extend every lease of one owner.
+UPDATE {leases} SET LeasedUntil = %(until)s WHERE Owner = %(owner)s
+
+-- return_leased --
+-- Put an owner's leased rows of a queue back at their positions (the same seq: AUTOINCREMENT never hands one out
+-- twice), all of them (%(seqs)s NULL) or those listed. A row whose Id the queue holds again stays leased.
+INSERT INTO {queue} (id, expires, headers, body, seq)
+SELECT RowId, RowExpires, RowHeaders, RowBody, RowSeq FROM {leases}
+WHERE QueueName = %(queue_name)s AND Owner = %(owner)s
+  AND (%(seqs)s IS NULL OR RowSeq IN (SELECT value FROM json_each(%(seqs)s)))
+ORDER BY RowSeq
+ON CONFLICT DO NOTHING
+
+-- drop_returned --
+-- Forget an owner's leases of rows that are back in their queue (after return_leased).
+DELETE FROM {leases} WHERE QueueName = %(queue_name)s AND Owner = %(owner)s AND RowSeq IN (SELECT seq FROM {queue})
+
+-- drop_leased --
+-- Delete an owner's leased rows (their event was stored, or they went to the error queue).
+DELETE FROM {leases}
+WHERE QueueName = %(queue_name)s AND Owner = %(owner)s AND RowSeq IN (SELECT value FROM json_each(%(seqs)s))
+
 -- count_rows --
 -- Exact number of rows (the error queue's depth on the page: the peek estimate counts gaps left by retries).
 SELECT count(*) FROM {queue}
