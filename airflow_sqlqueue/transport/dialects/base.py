@@ -267,22 +267,15 @@ class Dialect:
         again and again on the same identifiers (a queue's send): the text is looked up here, once, instead of at
         each call (the look-up key holds every identifier of a queue)."""
         ready, bind = self._ready(self.statements[name], identifiers), self._bind
-        _, sql, order, compiled = ready
-        if order is None and compiled is None:  # values bound by name: _bind's answer, without the call
-            empty = {} if self.paramstyle == "pyformat" else None
-
-            def run_named(cursor: Any, params: dict[str, Any] | None) -> Any:
-                params = params or empty
-                if params is None:
-                    cursor.execute(sql)
-                else:
-                    cursor.execute(sql, params)
-                return cursor
-
-            return run_named
+        _, text, order, compiled = ready
+        direct = order is None and compiled is None  # values bound by name: _bind's answer without the call
+        empty = {} if self.paramstyle == "pyformat" else None
 
         def run(cursor: Any, params: dict[str, Any] | None) -> Any:
-            sql, args = bind(ready, params, identifiers)
+            if direct:
+                sql, args = text, params or empty
+            else:
+                sql, args = bind(ready, params, identifiers)
             if args is None:
                 cursor.execute(sql)
             else:
