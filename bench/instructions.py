@@ -2,12 +2,14 @@
 
     python -m bench.instructions --case send --calls 1000        # one message a call, SQLite
     python -m bench.instructions --case receive --calls 100      # batches of 100
+    python -m bench.instructions --case receive --calls 100 --dialect postgres   # the client's side only
 
 The one-message and batch calls of ``bench.paired`` on SQLite (the database runs in the process, so its work is
 counted too), each contestant in its own process under ``valgrind --tool=cachegrind --cache-sim=no``: the
 instructions of a run with ``--calls`` calls minus those of a run with none (start-up, set-up and two warm-up
 calls cancel), divided by the calls. User-space instructions only: the kernel's work (write, fsync) is the same
-for both and not counted. Deterministic within about 1 % (random Ids), and independent of the load of a shared
+for both and not counted; on PostgreSQL the server is another process: only the client's instructions count.
+Deterministic within about 1 % (random Ids), and independent of the load of a shared
 machine, where CPU times are not.
 """
 
@@ -19,13 +21,13 @@ import subprocess
 import sys
 
 
-def _work(case: str, who: str, calls: int) -> None:
+def _work(case: str, who: str, calls: int, dialect: str = "sqlite") -> None:
     """The counted process: set up, warm up, then ``calls`` calls of one contestant."""
     from .databases import DEFAULT_PG_URL, BenchDb, outgoing
     from .receive import baseline_receive_batch
     from .send import baseline_sender
 
-    db = BenchDb.open("sqlite", DEFAULT_PG_URL)
+    db = BenchDb.open(dialect, DEFAULT_PG_URL)
     queue = f"count_{who}"
     with db.transport() as transport:
         db.reset(queue)
@@ -54,11 +56,11 @@ def _work(case: str, who: str, calls: int) -> None:
     db.close()
 
 
-def count(case: str, who: str, calls: int) -> int:
+def count(case: str, who: str, calls: int, dialect: str = "sqlite") -> int:
     """User-space instructions of one process doing ``calls`` calls."""
     done = subprocess.run(  # noqa: S603 - our own interpreter and module
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable,
-         "-m", "bench.instructions", "--work", case, who, str(calls)],
+         "-m", "bench.instructions", "--work", case, who, str(calls), dialect],
         capture_output=True, text=True, check=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -70,17 +72,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=("send", "receive"), default="send")
     parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--work", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--dialect", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--work", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.work:
-        case, who, calls = args.work
-        _work(case, who, int(calls))
+        case, who, calls, dialect = args.work
+        _work(case, who, int(calls), dialect)
         return
     per_call = {}
     for who in ("provider", "baseline"):
-        per_call[who] = (count(args.case, who, args.calls) - count(args.case, who, 0)) / args.calls
+        calls = count(args.case, who, args.calls, args.dialect) - count(args.case, who, 0, args.dialect)
+        per_call[who] = calls / args.calls
     per = "message" if args.case == "send" else "call of 100 messages"
-    print(f"{args.case} on sqlite, {args.calls} calls: provider {per_call['provider']:,.0f} instructions a {per}, "
+    print(f"{args.case} on {args.dialect}, {args.calls} calls: provider {per_call['provider']:,.0f} instructions "
+          f"a {per}, "
           f"baseline {per_call['baseline']:,.0f}: {per_call['baseline'] / per_call['provider']:.2f}x")
 
 

@@ -90,6 +90,27 @@ def test_a_send_inside_a_claim_still_commits_with_the_claim(db: Db) -> None:
     assert _count(db, "replies") == 0 and _count(db, "orders") == 1
 
 
+@pg_only
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_transaction_after_a_one_statement_send_is_still_one_transaction(db: Db) -> None:
+    """A one-statement send leaves its pooled connection in autocommit (no switch back after each statement); the
+    next transaction on that connection has it off again, so a failure rolls back everything it wrote."""
+    transport = db.transport
+    transport.create_queue(db.q("orders"))
+    transport.send(db.q("orders"), b"one")
+    left = transport.session._idle[-1]
+    assert left.autocommit  # left on for the next one-statement call
+
+    def work(cursor: Any) -> None:
+        assert cursor.connection is left and not left.autocommit
+        transport.send(db.q("orders"), b"two", cursor=cursor)
+        raise RuntimeError("the work fails")
+
+    with pytest.raises(RuntimeError):
+        transport.session.run(work, what="a failing transaction")
+    assert _count(db, "orders") == 1
+
+
 def test_a_send_on_sqlite_is_one_statement_without_begin(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
     statements: list[str] = []

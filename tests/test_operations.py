@@ -839,7 +839,27 @@ def test_values_travel_as_parameters(queues, monkeypatch):
         prepared.append((sql, args))
         return sql, args
 
+    class Recording:
+        """A cursor that records the text and values a queue's runner gives the driver."""
+
+        def __init__(self, cursor):
+            self._cursor = cursor
+
+        def execute(self, sql, args=None):
+            prepared.append((sql, args))
+            return self._cursor.execute(sql) if args is None else self._cursor.execute(sql, args)
+
+        def __getattr__(self, name):
+            return getattr(self._cursor, name)
+
+    original_runner = Dialect.runner
+
+    def runner_spy(self, name, identifiers):
+        run = original_runner(self, name, identifiers)
+        return lambda cursor, params: run(Recording(cursor), params)
+
     monkeypatch.setattr(Dialect, "prepare_statement", spy)
+    monkeypatch.setattr(Dialect, "runner", runner_spy)
     t, q = queues.transport, queues.q("orders")
     marker_header, marker_body = "hdr'); DROP TABLE x;--MARK1", b"body'); --MARK2"
     t.send_many(q, [OutgoingMessage(marker_body, {"k": marker_header}, time_to_be_received=987_654),
@@ -864,3 +884,32 @@ def test_values_travel_as_parameters(queues, monkeypatch):
             assert marker not in sql, sql
     flat = repr([args for _, args in prepared])
     assert "MARK1" in flat and "987654" in flat and "876543" in flat and "4321" in flat and "1357" in flat
+
+
+@pytest.mark.parametrize(("dialect", "paramstyle"), [("sqlite", None), ("sqlite", "qmark"), ("postgres", None),
+                                                     ("postgres", "qmark"), ("mssql", None)])
+def test_a_queues_runner_gives_the_driver_what_execute_gives(dialect, paramstyle):
+    """``Dialect.runner`` (a queue's statements, the text filled once) sends the same text and values as
+    ``Dialect.execute``, in every paramstyle, and on SQL Server picks the same variant (through ``execute``)."""
+    from airflow_sqlqueue.transport.dialects import get_dialect
+
+    class Cursor:
+        def __init__(self):
+            self.sent = []
+
+        def execute(self, sql, args=None):
+            self.sent.append((sql, args))
+
+        def fetchone(self):
+            return (0, 1)  # SQL Server's column probe: a table without Recoverable (the variant differs)
+
+    d = get_dialect(dialect, paramstyle)
+    ids = d.identifiers(d.parse_address("orders%d"))
+    params = {"send": {"id": "i", "headers": "{}", "body": b"b", "ttbr_ms": 5},
+              "receive_batch": {"batch_size": 3}, "delete_by_seq": {"seq": 7}}
+    for name, values in params.items():
+        d.execute(Cursor(), name, values, **ids)  # SQL Server probes the table once; then both run one statement
+        by_execute, by_runner = Cursor(), Cursor()
+        d.execute(by_execute, name, values, **ids)
+        d.runner(name, ids)(by_runner, values)
+        assert by_runner.sent == by_execute.sent and by_runner.sent, name

@@ -103,8 +103,11 @@ def test_a_range_receive_starts_past_the_position_and_stops_at_the_end_of_its_ra
                     return []
             return Rows()
 
+        def runner(self, name, ids):
+            return lambda cursor, params: self.execute(cursor, name, params, **ids)
+
     queue = TableQueue.__new__(TableQueue)
-    queue.dialect, queue.ids = Dialect(), {}
+    queue.dialect, queue.ids, queue._runners = Dialect(), {}, {}
     assert queue.take(None, 5, SeqRange(10, 20), after=14) == []
     assert calls[-1] == ("receive_range", {"batch_size": 5, "first_seq": 15, "last_seq": 20})
     assert queue.take(None, 5, SeqRange(10, 20), after=3) == []

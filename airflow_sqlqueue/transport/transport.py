@@ -225,8 +225,7 @@ class SqlQueueTransport:
             return self.outbox.write(cursor, prepared)
         what = prepared.queue.sending
         if self.outbox.one_statement(prepared):  # its own transaction: one round trip, no BEGIN or COMMIT
-            return self.session.run_once(lambda cur: self.outbox.write(cur, prepared), what=what,
-                                         unknown=lambda exc: self.outbox.outcome_unknown(prepared, exc),
+            return self.session.run_once(self.outbox.write, prepared, what=what, unknown=self.outbox.outcome_unknown,
                                          returns_rows=False)
         return self.run(lambda cur: self.outbox.write(cur, prepared), what=what)
 

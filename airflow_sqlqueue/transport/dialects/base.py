@@ -6,7 +6,7 @@ Nothing above a dialect writes SQL: operations ask for statements by name and pa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
@@ -205,12 +205,21 @@ class Dialect:
         what the driver does with the final text is the dialect's business (:meth:`driver_identifier`,
         :meth:`formats_values`). The same statement on the same identifiers is filled once.
         """
+        return self._bind(self._ready(statement, identifiers), params, identifiers)
+
+    def _ready(self, statement: Statement, identifiers: dict[str, str]) -> tuple[Statement, str, Any, Any]:
+        """``_fill`` once per statement and identifiers."""
         key = (id(statement), *identifiers.items())
         ready = self._filled.get(key)
         if ready is None or ready[0] is not statement:
             ready = self._fill(statement, identifiers)
             if len(self._filled) < MAX_FILLED:
                 self._filled[key] = ready  # holds the statement: its id is not reused while it is cached
+        return ready
+
+    def _bind(self, ready: tuple[Statement, str, Any, Any], params: dict[str, Any] | None,
+              identifiers: dict[str, str]) -> tuple[str, Any]:
+        """The text and the driver's arguments of a filled statement (see ``prepare_statement``)."""
         _, sql, order, compiled = ready
         if order is not None:
             return sql, tuple((params or {})[n] for n in order)
@@ -255,6 +264,28 @@ class Dialect:
         else:
             cursor.execute(sql, args)
         return cursor
+
+    def runner(self, name: str, identifiers: dict[str, str]) -> Callable[[Any, dict[str, Any] | None], Any]:
+        """``run(cursor, params)``: what ``execute(cursor, name, params, **identifiers)`` does, for a statement run
+        again and again on the same identifiers (a queue's send): the text is looked up here, once, instead of at
+        each call (the look-up key holds every identifier of a queue)."""
+        ready, bind = self._ready(self.statements[name], identifiers), self._bind
+        _, text, order, compiled = ready
+        direct = order is None and compiled is None  # values bound by name: _bind's answer without the call
+        empty = {} if self.paramstyle == "pyformat" else None
+
+        def run(cursor: Any, params: dict[str, Any] | None) -> Any:
+            if direct:
+                sql, args = text, params or empty
+            else:
+                sql, args = bind(ready, params, identifiers)
+            if args is None:
+                cursor.execute(sql)
+            else:
+                cursor.execute(sql, args)
+            return cursor
+
+        return run
 
     def executemany(self, cursor: Any, name: str, seq_params: Iterable[dict[str, Any]], **identifiers: str) -> None:
         """Run a named statement once per parameter set."""

@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -213,6 +213,10 @@ class MssqlDialect(Dialect):
         if name == "release_savepoint":
             return cursor  # SQL Server has no RELEASE SAVEPOINT; do not spend a round trip on a no-op
         return super().execute(cursor, self._variant(cursor, name, identifiers), params, **identifiers)
+
+    def runner(self, name: str, identifiers: dict[str, str]) -> Callable[[Any, dict[str, Any] | None], Any]:
+        """Through ``execute`` each time: the variant depends on the table, and values may be formatted in."""
+        return lambda cursor, params: self.execute(cursor, name, params, **identifiers)
 
     def executemany(self, cursor: Any, name: str, seq_params: Iterable[dict[str, Any]], **identifiers: str) -> None:
         super().executemany(cursor, self._variant(cursor, name, identifiers), seq_params, **identifiers)

@@ -351,13 +351,13 @@ def take_once(session: Session, queue: TableQueue, count: int) -> list[ReceivedM
     """
     what = f"receive from {queue.name!r}"
 
-    def unknown(exc: BaseException) -> Exception:
+    def unknown(_: int, exc: BaseException) -> Exception:
         return OutcomeUnknownError(
             f"{what}: the connection was lost once the receive was sent ({first_line(exc)}): up to {count} "
             "message(s) may have been taken and are lost (receive() is at-most-once); use receiving() or a claim "
             "where a lost connection must leave them in the queue")
 
-    rows = session.run_once(lambda cursor: queue.take(cursor, count), what=what, unknown=unknown)
+    rows = session.run_once(queue.take, count, what=what, unknown=unknown)
     deferred: list[Sequence[Any]] = []
     messages, _ = queue.sort_out(None, rows, ReceiveStats(), deferred)
     if not deferred:

@@ -15,7 +15,7 @@ from ..common.errors import SendOutcomeUnknownError
 from ..common.redaction import first_line
 from ..tables.queue import QueueBook, TableQueue
 from ..wire import headers as h
-from ..wire.ids import id_stream
+from ..wire.ids import id_stream, new_id
 from ..wire.messages import OutgoingMessage
 from ..wire.standard_headers import BatchHeaders, Origin, default_endpoint
 
@@ -71,7 +71,8 @@ class Outbox:
         writer = None if raw else self._own_writer if origin is None else self._writer(origin)
         id_param = None if self._ids_as_text else self.dialect.id_param
         rows, delayed, ids = prepared.rows, prepared.delayed, prepared.ids
-        next_id = id_stream().__next__
+        # one message (a list of one: send()) takes one Id; a batch draws them in blocks
+        next_id = new_id if type(messages) is list and len(messages) == 1 else id_stream().__next__
         for item in messages:
             message = item if isinstance(item, OutgoingMessage) else OutgoingMessage(body=item)
             if message.delay is not None:
@@ -120,7 +121,7 @@ class Outbox:
             if len(prepared.rows) == 1:
                 row = prepared.rows[0]  # through the dialect's execute: SQL Server picks its variant for old tables
                 name = "send" if row["ttbr_ms"] is not None else self._send_untimed
-                self.dialect.execute(cursor, name, row, **prepared.queue.ids)
+                prepared.queue.run(cursor, name, row)
             else:
                 self.dialect.send_many(cursor, prepared.queue.address, prepared.rows)
         if prepared.delayed:

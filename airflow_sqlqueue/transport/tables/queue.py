@@ -16,7 +16,7 @@ import json.scanner
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -108,6 +108,14 @@ class TableQueue:
         self.ids = dialect.identifiers(address)
         #: What a send to this queue is called in errors and logs (made once: sends are many).
         self.sending = f"send to {self.name!r}"
+        self._runners: dict[str, Callable[[Any, dict[str, Any] | None], Any]] = {}
+
+    def run(self, cursor: Any, name: str, params: dict[str, Any] | None) -> Any:
+        """Run the named statement about this queue (``dialect.execute`` with its identifiers); return the cursor."""
+        run = self._runners.get(name)
+        if run is None:
+            run = self._runners[name] = self.dialect.runner(name, self.ids)
+        return run(cursor, params)
 
     def __repr__(self) -> str:
         return f"TableQueue({self.name!r})"
@@ -142,7 +150,7 @@ class TableQueue:
         return SeqRange(int(first), int(last))
 
     def _rows(self, cursor: Any, statement: str, params: dict[str, Any]) -> list[Sequence[Any]]:
-        rows = self.dialect.execute(cursor, statement, params, **self.ids).fetchall()
+        rows = self.run(cursor, statement, params).fetchall()
         if len(rows) > 1:
             try:
                 rows.sort(key=_seq_of)

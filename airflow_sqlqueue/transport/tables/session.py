@@ -27,6 +27,7 @@ from .circuit_breaker import CircuitBreaker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+A = TypeVar("A")
 
 #: Deadlocks (and lock timeouts) retried in a row before the error is raised.
 DEADLOCK_RETRIES = 5
@@ -149,7 +150,7 @@ class WriterGate:
         me = threading.get_ident()
         if self._holder == me:
             return False
-        if not self._lock.acquire(timeout=self.timeout):
+        if not self._lock.acquire(False) and not self._lock.acquire(timeout=self.timeout):  # free: no timed wait
             raise self.make_error(self.timeout)
         self._holder = me
         return True
@@ -192,7 +193,18 @@ class Session:
         return self._new()
 
     def checkout(self) -> Any:
-        """A configured connection from the pool (or a new one). Give it back with ``checkin``."""
+        """A configured connection from the pool (or a new one), autocommit off. Give it back with ``checkin``."""
+        connection = self._take()
+        if self._switch_autocommit:
+            try:
+                self.dialect.autocommit(connection, False)  # ``run_once`` leaves it on (no switch per statement)
+            except BaseException:
+                self.checkin(connection, False)
+                raise
+        return connection
+
+    def _take(self) -> Any:
+        """A pooled connection as it was left (autocommit on after ``run_once``), or a new one."""
         with self._lock:
             connection = self._idle.pop() if self._idle else None
         return connection if connection is not None else self._new()
@@ -312,62 +324,57 @@ class Session:
                 raise
             raise explained from exc
 
-    def run_once(self, work: Callable[[Any], T], *, what: str = "",
-                 unknown: Callable[[BaseException], Exception] | None = None, returns_rows: bool = True) -> T:
-        """Run ``work(cursor)``, which must run ONE statement, in autocommit: the statement is its own transaction
-        (one round trip, no BEGIN or COMMIT). Only where ``dialect.autocommit_statements`` is set.
+    def run_once(self, work: Callable[[Any, A], T], arg: A, *, what: str = "",
+                 unknown: Callable[[A, BaseException], Exception] | None = None, returns_rows: bool = True) -> T:
+        """Run ``work(cursor, arg)``, which must run ONE statement, in autocommit: the statement is its own
+        transaction (one round trip, no BEGIN or COMMIT). Only where ``dialect.autocommit_statements`` is set.
 
         A deadlock or lock timeout failed the statement on the server (nothing was applied): retried as ``run``
         retries it. A connection lost once the statement may have left leaves its outcome unknown: never retried,
-        ``unknown(exc)`` is raised (on a remote database; SQLite runs in the process and knows). Other driver
+        ``unknown(arg, exc)`` is raised (on a remote database; SQLite runs in the process and knows). Other driver
         errors are explained as ``run`` explains them. ``returns_rows=False`` (an INSERT) says the cursor holds no
-        result afterwards: it is kept without a look.
+        result afterwards: it is kept without a look. ``work`` and ``arg`` apart, so that a caller (a send of one
+        message) makes no closure a call.
         """
-        dialect, switch = self.dialect, self._switch_autocommit
-
-        def attempt() -> T:
-            gate = self._gate
-            if gate is not None and not gate.enter():
-                gate = None  # this thread's own write is open: the database decides
+        try:  # the first attempt without the retry loop (one statement: most calls end here)
+            result = self._once(work, arg, returns_rows)
+        except Exception as exc:
             try:
-                connection = self.checkout()
-                cursor = None
-                try:
-                    cursor = self._cursor(connection)
-                    if switch:
-                        dialect.autocommit(connection, True)
-                    result = work(cursor)
-                    if switch:
-                        dialect.autocommit(connection, False)
-                except BaseException as exc:
-                    self.checkin(connection, isinstance(exc, Exception) and not dialect.is_connection_lost(exc)
-                                 and _autocommit_off(dialect, connection))
+                return self.retry.call(lambda: self._once(work, arg, returns_rows), what, exc)
+            except Exception as final:
+                if unknown is not None and self.dialect.remote and self.dialect.is_connection_lost(final):
+                    raise unknown(arg, final) from final
+                explained = self.explain(final, what)
+                if explained is final:
                     raise
-            finally:
-                if gate is not None:
-                    gate.leave()
-            if returns_rows:
-                self.release_cursor(connection, cursor)
-            self.checkin(connection)
-            return result
+                raise explained from final
+        self.retry.succeeded()
+        return result
 
-        failed: Exception | None = None
-        try:  # the first attempt without the retry loop's frame (one statement: most calls end here)
-            result = attempt()
-        except Exception as exc:
-            failed = exc
+    def _once(self, work: Callable[[Any, A], T], arg: A, returns_rows: bool) -> T:
+        """One attempt of ``run_once``: the writer gate, a pooled connection in autocommit, ``work``."""
+        dialect, gate = self.dialect, self._gate
+        if gate is not None and not gate.enter():
+            gate = None  # this thread's own write is open: the database decides
         try:
-            if failed is None:
-                self.retry.succeeded()
-                return result
-            return self.retry.call(attempt, what, failed)
-        except Exception as exc:
-            if unknown is not None and self.dialect.remote and self.dialect.is_connection_lost(exc):
-                raise unknown(exc) from exc
-            explained = self.explain(exc, what)
-            if explained is exc:
+            connection = self._take()
+            cursor = None
+            try:
+                cursor = self._cursor(connection)
+                if self._switch_autocommit:  # left on for the next one-statement call; checkout turns it off
+                    dialect.autocommit(connection, True)
+                result = work(cursor, arg)
+            except BaseException as exc:
+                self.checkin(connection, isinstance(exc, Exception) and not dialect.is_connection_lost(exc)
+                             and _autocommit_off(dialect, connection))
                 raise
-            raise explained from exc
+        finally:
+            if gate is not None:
+                gate.leave()
+        if returns_rows:
+            self.release_cursor(connection, cursor)
+        self.checkin(connection)
+        return result
 
     def explain(self, exc: Exception, what: str) -> Exception:
         """A clear error for a driver error whose meaning is known (missing table, missing right), else ``exc``."""

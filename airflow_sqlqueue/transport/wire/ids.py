@@ -23,18 +23,20 @@ _RAND_A = (1 << 12) - 1
 _RAND_B = (1 << 62) - 1
 
 
-def new_id() -> uuid.UUID:
-    """A new time-ordered UUID (version 7): 48 bits of Unix milliseconds, then 74 random bits."""
-    millis = _time_ns() // 1_000_000
-    rand = int.from_bytes(_urandom(10), "big")
-    value = (millis << 80) | _VERSION_7 | ((rand >> 64) & _RAND_A) << 64 | _VARIANT | (rand & _RAND_B)
-    return _UUID(int=value)
-
-
 _BLOCK = 256
 _new_object = object.__new__
 _set_slot = object.__setattr__
 _UNKNOWN = uuid.SafeUUID.unknown
+
+
+def new_id() -> uuid.UUID:
+    """A new time-ordered UUID (version 7): 48 bits of Unix milliseconds, then 74 random bits."""
+    rand = int.from_bytes(_urandom(10), "big")
+    made = _new_object(_UUID)  # what UUID(int=value) does, without re-checking a value built in range
+    _set_slot(made, "int", (_time_ns() // 1_000_000) << 80 | _VERSION_7 | ((rand >> 64) & _RAND_A) << 64 | _VARIANT
+              | (rand & _RAND_B))
+    _set_slot(made, "is_safe", _UNKNOWN)
+    return made
 
 
 def id_stream() -> Iterator[uuid.UUID]:
