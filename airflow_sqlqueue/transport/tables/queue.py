@@ -207,7 +207,7 @@ class TableQueue:
             else:
                 ids.append(row[0])
                 seqs.append(row[1])
-                texts.append(headers_text(message))
+                texts.append(row[3])
                 bodies.append(row[4])
         return ReceivedColumns(ids, seqs, texts, bodies, self.name)
 
