@@ -36,12 +36,13 @@ def provider_drain(db: BenchDb, queue: str, directory: Path, *, batch: int, rece
 
     target = ParquetBatchWriter(str(directory))
 
-    def sink(messages: list[Any]) -> int:
-        target.write(messages, f"{queue}-{uuid.uuid4().hex}.parquet")
-        return len(messages)
+    def sink(batch: Any) -> int:  # a ReceivedColumns, as the operator's Parquet drain receives
+        target.write(batch, f"{queue}-{uuid.uuid4().hex}.parquet")
+        return len(batch)
 
     with db.transport() as transport:
-        return transport.drain(db.address(queue), sink, batch_size=batch, concurrency=receivers).delivered
+        return transport.drain(db.address(queue), sink, batch_size=batch, concurrency=receivers,
+                               columns=True).delivered
 
 
 def main(argv: list[str] | None = None) -> int:

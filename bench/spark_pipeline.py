@@ -56,13 +56,14 @@ def project_drain(db: BenchDb, directory: Path, *, batch: int, receivers: int) -
 
     target = ParquetBatchWriter(str(directory))
 
-    def sink(messages: list[Any]) -> int:
-        target.write(messages, f"{QUEUE}-{uuid.uuid4().hex}.parquet")
-        return len(messages)
+    def sink(batch: Any) -> int:  # a ReceivedColumns, as the operator's Parquet drain receives
+        target.write(batch, f"{QUEUE}-{uuid.uuid4().hex}.parquet")
+        return len(batch)
 
     def work() -> int:
         with db.transport() as transport:
-            return transport.drain(db.address(QUEUE), sink, batch_size=batch, concurrency=receivers).delivered
+            return transport.drain(db.address(QUEUE), sink, batch_size=batch, concurrency=receivers,
+                                   columns=True).delivered
 
     return work
 

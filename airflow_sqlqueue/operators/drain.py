@@ -17,7 +17,7 @@ from airflow.sdk.configuration import conf
 
 from airflow_sqlqueue import lineage, metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
-from airflow_sqlqueue.transport import Partition, ReceivedMessage, SqlQueueTransport, TransactionMode
+from airflow_sqlqueue.transport import Partition, ReceivedColumns, ReceivedMessage, SqlQueueTransport, TransactionMode
 from airflow_sqlqueue.transport.common.validation import check_count, check_seconds
 
 from .base import SqlQueueBaseOperator, rendered_number
@@ -220,25 +220,27 @@ class SqlQueueDrainOperator(SqlQueueBaseOperator):
         target = ParquetBatchWriter(self.output_path)
         tag = f"{_safe_name(transport.name(self.queue_name))}-{_safe_name(str(context.get('run_id') or 'manual'))}"
 
-        def sink(messages: list[ReceivedMessage]) -> int:
-            path = target.write(messages, f"{tag}-{uuid.uuid4().hex}.parquet")
+        def sink(batch: ReceivedColumns) -> int:  # the batch as columns: no object per message
+            path = target.write(batch, f"{tag}-{uuid.uuid4().hex}.parquet")
             spool.add([path])
-            return len(messages)
+            return len(batch)
 
-        count = self._drain(transport, sink, self.max_messages, context)
+        count = self._drain(transport, sink, self.max_messages, context, columns=True)
         self.log.info("drained %d messages from %s into %d new Parquet files under %s", count, self.queue_name,
                       len(spool.items), target)
         return list(spool.items)
 
     # -- the receive loop --------------------------------------------------------------------------------
-    def _drain(self, transport: SqlQueueTransport, sink: Callable[[list[ReceivedMessage]], int],
-               budget: int | None, context: Context, partition: Partition | None = None) -> int:
-        """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit.
+    def _drain(self, transport: SqlQueueTransport, sink: Callable[[Any], int], budget: int | None,
+               context: Context, partition: Partition | None = None, columns: bool = False) -> int:
+        """Receive batches with ``max_concurrency`` receivers; ``sink`` stores each batch before its commit (a list
+        of messages, or one ``ReceivedColumns`` with ``columns``).
 
         The counts (delivered, expired, poison, ...) are pushed as the XCom ``drain_summary``.
         """
         summary = transport.drain(self.queue_name, sink, max_messages=budget, max_duration=self.max_duration,
-                                  batch_size=self.batch_size, concurrency=self.max_concurrency, partition=partition)
+                                  batch_size=self.batch_size, concurrency=self.max_concurrency, partition=partition,
+                                  columns=columns)
         counts = summary.as_dict()
         if partition is not None:
             counts["partition"] = partition.as_dict()

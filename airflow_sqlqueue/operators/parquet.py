@@ -7,16 +7,17 @@ file is whole or absent, and is never overwritten.
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import cache
 from operator import attrgetter
 from typing import Any
 
 from airflow_sqlqueue.extras import require
-from airflow_sqlqueue.transport import ReceivedMessage
+from airflow_sqlqueue.transport import ReceivedColumns, ReceivedMessage
 from airflow_sqlqueue.transport.wire.headers import escape_surrogates
+from airflow_sqlqueue.transport.wire.messages import headers_text, id_text
 
 
 @cache
@@ -34,37 +35,52 @@ WRITE_OPTIONS: dict[str, Any] = {"use_dictionary": ["queue"], "write_statistics"
 
 
 def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
-    """One batch as an Arrow table in ``batch_schema``, one array per column.
+    """One batch of messages as an Arrow table in ``batch_schema``, one array per column.
 
     Each column is one ``pa.array`` over a list read off the messages with ``attrgetter`` (no per-row Python
-    function): the Headers column as stored (no re-encoding) and one repeated queue name when the batch comes from
-    one queue (a drain's always does). Only messages whose headers were changed after the receive are re-encoded,
-    and only a batch holding a lone surrogate (read from a stored ``"\\ud800"`` escape) is escaped row by row.
+    function): the Headers column as stored (no re-encoding: only messages whose headers were changed after the
+    receive are encoded again) and one repeated queue name when the batch comes from one queue (a drain's always
+    does). ``columns_table`` builds the same table from a batch received as columns.
     """
     import pyarrow as pa
 
+    queues = set(map(_queue, messages))
+    if len(queues) == 1:
+        queue_array = pa.repeat(pa.scalar(queues.pop(), pa.string()), len(messages))
+    else:
+        queue_array = pa.array(list(map(_queue, messages)), pa.string())
+    return _table(list(map(_native_id, messages)), list(map(_seq, messages)), queue_array,
+                  list(map(headers_text, messages)), list(map(_body, messages)), received_at)
+
+
+def columns_table(batch: ReceivedColumns, received_at: datetime) -> Any:
+    """A batch received as columns (``Claim(..., columns=True)``) as an Arrow table in ``batch_schema``: the
+    same table ``batch_table`` builds from the same rows received as messages, each column one ``pa.array`` over
+    the list the receive filled."""
+    import pyarrow as pa
+
+    queue_array = pa.repeat(pa.scalar(batch.queue, pa.string()), len(batch))
+    return _table(batch.ids, batch.seqs, queue_array, batch.headers, batch.bodies, received_at)
+
+
+def _table(ids: Sequence[Any], seqs: Sequence[int], queue_array: Any, headers: Sequence[str],
+           bodies: Sequence[bytes | None], received_at: datetime) -> Any:
+    """The batch table from its columns; only a batch holding a lone surrogate in its headers (read from a stored
+    ``"\\ud800"`` escape) is escaped row by row."""
+    import pyarrow as pa
+
     schema = batch_schema()
-    n = len(messages)
-    headers = list(map(_headers_text, messages))
-    if None in headers:  # headers changed after the receive (a forward header taken out): encoded again
-        headers = [text if text is not None else json.dumps(m.headers, ensure_ascii=False, separators=(",", ":"))
-                   for text, m in zip(headers, messages, strict=True)]
     try:
         header_array = pa.array(headers, pa.string())
     except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: kept as its escape, the exact headers
         header_array = pa.array([escape_surrogates(text) for text in headers], pa.string())
-    queues = set(map(_queue, messages))
-    if len(queues) == 1:
-        queue_array = pa.repeat(pa.scalar(queues.pop(), pa.string()), n)
-    else:
-        queue_array = pa.array(list(map(_queue, messages)), pa.string())
     columns = [
-        _id_array(messages),
-        pa.array(list(map(_seq, messages)), pa.int64()),
+        _id_array(ids),
+        pa.array(seqs, pa.int64()),
         queue_array,
         header_array,
-        pa.array(list(map(_body, messages)), pa.binary()),
-        pa.repeat(pa.scalar(received_at, schema.field("received_at").type), n),
+        pa.array(bodies, pa.binary()),
+        pa.repeat(pa.scalar(received_at, schema.field("received_at").type), len(seqs)),
     ]
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -73,23 +89,22 @@ def batch_table(messages: list[ReceivedMessage], received_at: datetime) -> Any:
 CANONICAL_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
-def _id_array(messages: list[ReceivedMessage]) -> Any:
+def _id_array(native_ids: Sequence[Any]) -> Any:
     """The Id column: the ids as the driver returned them when every one is canonical UUID text (checked once
-    over the column by Arrow, not by a regular expression per row), else ``id_text`` of each message."""
+    over the column by Arrow, not by a regular expression per row), else ``id_text`` of each."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     try:
-        ids = pa.array(list(map(_native_id, messages)), pa.string())
+        ids = pa.array(native_ids, pa.string())
     except (pa.ArrowException, TypeError):  # UUID objects (SQL Server), or ids of other types
         ids = None
     if ids is None or ids.null_count or not pc.all(pc.match_substring_regex(ids, CANONICAL_ID)).as_py():
-        ids = pa.array([m.id_text for m in messages], pa.string())
+        ids = pa.array([id_text(native_id) for native_id in native_ids], pa.string())
     return ids
 
 
 _native_id = attrgetter("native_id")
-_headers_text = attrgetter("headers_text")
 _queue = attrgetter("queue")
 _seq = attrgetter("seq")
 _body = attrgetter("body")
@@ -118,16 +133,24 @@ class ParquetBatchWriter:
     def __str__(self) -> str:
         return self.local or str(self.remote)
 
-    def write(self, messages: list[ReceivedMessage], name: str) -> str:
-        """Write one batch as a complete file under ``name``; return its path (never overwrites).
+    def write(self, batch: list[ReceivedMessage] | ReceivedColumns, name: str) -> str:
+        """Write one batch (messages, or the columns of ``transport.drain(..., columns=True)``: the same file) as
+        a complete file under ``name``; return its path (never overwrites).
 
         The table is built column by column (one ``pa.array`` per column from a list, no per-row objects), so a
         file holds one batch in memory once: ``batch_size`` rows of Arrow buffers while it is written.
         """
+        received_at = datetime.now(timezone.utc)
+        if isinstance(batch, ReceivedColumns):
+            return self._store(columns_table(batch, received_at), name)
+        return self._store(batch_table(batch, received_at), name)
+
+    def _store(self, table: Any, name: str) -> str:
+        """``table`` as the complete file ``name``: a hidden file fsync'ed and renamed (and the directory
+        fsync'ed), or one PUT."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = batch_table(messages, datetime.now(timezone.utc))
         if self.remote is not None:
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, **WRITE_OPTIONS)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
-from airflow_sqlqueue.transport import Partition, ReceivedMessage
+from airflow_sqlqueue.transport import Partition, ReceivedColumns
 from airflow_sqlqueue.transport.common.validation import check_count
 from airflow_sqlqueue.transport.operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION
 
@@ -162,13 +162,13 @@ class SqlQueuePartitionDrainOperator(SqlQueueDrainOperator):
             tag = (f"{_safe_name(transport.name(self.queue_name))}-{_safe_name(str(context.get('run_id') or 'manual'))}"
                    f"-p{partition.index}")
 
-            def sink(messages: list[ReceivedMessage]) -> int:
-                path = target.write(messages, f"{tag}-{uuid.uuid4().hex}.parquet")
-                manifest.add(path, len(messages))
-                return len(messages)
+            def sink(batch: ReceivedColumns) -> int:  # the batch as columns: no object per message
+                path = target.write(batch, f"{tag}-{uuid.uuid4().hex}.parquet")
+                manifest.add(path, len(batch))
+                return len(batch)
 
             budget = None if self.max_messages is None else max(0, self.max_messages - manifest.delivered)
-            count = self._drain(transport, sink, budget, context, partition)
+            count = self._drain(transport, sink, budget, context, partition, columns=True)
         self.log.info("partition %d/%d of %s (positions %s to %s): %d messages in this try, %d in all, in %d files "
                       "under %s", partition.index + 1, partition.count, self.queue_name, partition.first,
                       "the end" if partition.last is None else partition.last, count, manifest.delivered,

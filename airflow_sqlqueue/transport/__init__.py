@@ -24,7 +24,7 @@ from .processing.modes import TransactionMode
 from .tables.queue import ReceiveStats
 from .transport import ReceivedBatch, SqlQueueTransport, ddl_script
 from .wire.address import QueueAddress
-from .wire.messages import OutgoingMessage, ReceivedMessage
+from .wire.messages import OutgoingMessage, ReceivedColumns, ReceivedMessage
 
 __all__ = [
     "CircuitBreakerOpenError",
@@ -47,6 +47,7 @@ __all__ = [
     "RawRow",
     "ReceiveStats",
     "ReceivedBatch",
+    "ReceivedColumns",
     "QueueNotFoundError",
     "ReceivedMessage",
     "SendOutcomeUnknownError",

@@ -20,7 +20,7 @@ from .dialects.connect import connection_factory, default_catalog_of, paramstyle
 from .errorqueue.error_queue import ErrorQueue, RetrySummary
 from .errorqueue.groups import Selector
 from .errorqueue.previews import FailedFilter, FailedPreview, Position
-from .operations.drain import DrainSummary, Sink, drain
+from .operations.drain import ColumnSink, DrainSummary, Sink, drain
 from .operations.inbox import DEFAULT_INBOX_TABLE, Inbox
 from .operations.maintenance import check, purge_expired
 from .operations.partitions import DEFAULT_MAX_PARTITIONS, DEFAULT_MESSAGES_PER_PARTITION, Partition, plan_partitions
@@ -305,14 +305,17 @@ class SqlQueueTransport:
 
         return self.session.retry.call(attempt, f"receive from {table.name!r}")
 
-    def drain(self, queue: str | QueueAddress, sink: Sink, *, max_messages: int | None = None,
+    def drain(self, queue: str | QueueAddress, sink: Sink | ColumnSink, *, max_messages: int | None = None,
               max_duration: float | None = None, batch_size: int = 500, concurrency: int = 1,
-              breaker: CircuitBreaker | None = None, partition: Partition | None = None) -> DrainSummary:
+              breaker: CircuitBreaker | None = None, partition: Partition | None = None,
+              columns: bool = False) -> DrainSummary:
         """Receive batches with ``concurrency`` receivers and store each with ``sink(messages)`` before its commit.
 
         ``sink`` returns how many messages it delivered (they count against ``max_messages``). Nothing is lost
         if the process dies: uncommitted batches return to the queue. ``breaker`` replaces the default 30 s
         circuit breaker. ``partition`` (from ``plan_partitions``) restricts every receive to its positions.
+        ``columns=True`` hands ``sink`` each batch as one ``ReceivedColumns`` (ids, positions, headers text, bodies;
+        no ``ReceivedMessage`` per row), as ``ParquetBatchWriter.write`` takes it.
         """
         self.check_concurrency(concurrency, ask=False)
         table = self.book.queue(queue)
@@ -323,7 +326,8 @@ class SqlQueueTransport:
                                  f"{table.name!r}; drain the queue the partitions were planned for")
             within = partition.seq_range
         return drain(self.session, table, sink, max_messages=max_messages, max_duration=max_duration,
-                     batch_size=batch_size, concurrency=concurrency, breaker=breaker, within=within)
+                     batch_size=batch_size, concurrency=concurrency, breaker=breaker, within=within,
+                     columns=columns)
 
     def plan_partitions(self, queue: str | QueueAddress, *, partitions: int | None = None,
                         messages_per_partition: int = DEFAULT_MESSAGES_PER_PARTITION,

@@ -35,7 +35,7 @@ from ..common.redaction import first_line
 from ..dialects import Dialect
 from ..tables.queue import ReceiveStats, SeqRange, TableQueue
 from ..tables.session import Session, Transaction
-from ..wire.messages import ReceivedMessage
+from ..wire.messages import ReceivedColumns, ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -135,24 +135,32 @@ class Claim:
         the head of the queue.
     :param before: ``before(cursor)`` runs in the claim's transaction before the rows are locked (the event
         trigger's lease recovery puts rows back there first).
+    :param columns: (with ``take``) the messages as columns in ``batch`` (``ReceivedColumns``), with no
+        ``ReceivedMessage`` per row: for a caller that stores the whole batch as it is (the Parquet drain).
+        ``messages`` is made from it only if asked for; nothing is left to settle.
     """
 
     _numbers = itertools.count(1)
 
     def __init__(self, session: Session, queue: TableQueue, *, take: bool = False,
                  within: SeqRange | None = None, position: ReceivePosition | None = None,
-                 before: Callable[[Any], Any] | None = None) -> None:
+                 before: Callable[[Any], Any] | None = None, columns: bool = False) -> None:
         if within is not None and not take:
             raise ValueError("a claim restricted to a position range must take its rows (take=True)")
+        if columns and not take:
+            raise ValueError("a claim that reads its messages as columns must take its rows (take=True)")
         self.session = session
         self.queue = queue
         self.take = take
         self.within = within
         self.position = position
         self.before = before
+        self.columns = columns
         #: A number unique in this process (the event trigger tells its claims apart by it).
         self.number = next(self._numbers)
-        self.messages: list[ReceivedMessage] = []
+        self._messages: list[ReceivedMessage] | None = []
+        #: The messages as columns (a claim opened with ``columns=True``), else None.
+        self.batch: ReceivedColumns | None = None
         self.stats = ReceiveStats()
         #: Rows locked when the claim opened (messages and settled rows).
         self.locked = 0
@@ -192,9 +200,13 @@ class Claim:
                         rows = first(None)
                     position.took(rows, count)
                 self.locked = len(rows)
-                self.messages, settled = self.queue.sort_out(cursor, rows, self.stats)
-                self._done = [] if self.take else settled  # taken rows are deleted already
-                self._pending = {m.seq: m for m in self.messages}
+                if self.columns:  # taken rows: nothing is left to settle
+                    self.batch = self.queue.sort_out_columns(cursor, rows, self.stats)
+                    self._messages = None  # made from the columns if asked for
+                else:
+                    self._messages, settled = self.queue.sort_out(cursor, rows, self.stats)
+                    self._done = [] if self.take else settled  # taken rows are deleted already
+                    self._pending = {m.seq: m for m in self._messages}
             except BaseException as exc:
                 self._end(exc)
                 if isinstance(exc, Exception):
@@ -205,6 +217,13 @@ class Claim:
         return self
 
     # -- what the holder of the claim uses ---------------------------------------------------------
+    @property
+    def messages(self) -> list[ReceivedMessage]:
+        """The messages of the claim, FIFO (of a ``columns`` claim: made from ``batch`` when first asked for)."""
+        if self._messages is None:
+            self._messages = [] if self.batch is None else self.batch.messages()
+        return self._messages
+
     @property
     def cursor(self) -> Any:
         """A cursor in the claim's transaction (work on it commits or rolls back with the claim)."""

@@ -29,7 +29,7 @@ from ..wire.address import QueueAddress
 from ..wire.failures import PoisonMessageError, error_row_headers, failure_headers
 from ..wire.headers import PoisonHeadersError, parse_headers
 from ..wire.ids import new_id
-from ..wire.messages import ReceivedMessage, as_body, as_text, native_uuid
+from ..wire.messages import ReceivedColumns, ReceivedMessage, as_body, as_text, headers_text, native_uuid
 
 log = logging.getLogger(__name__)
 
@@ -177,29 +177,47 @@ class TableQueue:
         messages: list[ReceivedMessage] = []
         settled: list[int] = []
         name = self.name
-        forward, only_text = h.FORWARD_DESTINATION, _STR_OR_NONE.issuperset
-        for row in rows:
-            raw_id, seq, expired, text, body = row
-            try:
-                headers, end = _scan_json(text, 0)
-                if end != len(text):  # text after the object (whitespace is fine): json.loads decides
-                    headers = _json_loads(text)
-            except Exception:  # noqa: BLE001 - not JSON, not text, too deep: decided below
-                headers = None
-            if (type(headers) is not _DICT or expired or forward in headers
-                    or not only_text(map(type, headers.values())) or type(body) is not _BYTES
-                    or type(text) is not _STR):
+        for row, headers in zip(rows, _plain_headers(rows), strict=True):
+            if headers is None:
                 if deferred is not None:
                     deferred.append(row)
                     continue
                 message = self._unusual(cursor, row, stats)
                 if message is None:
-                    settled.append(seq)
+                    settled.append(row[1])
                 else:
                     messages.append(message)
                 continue
-            messages.append(ReceivedMessage(raw_id, headers, body, seq, name, text))
+            messages.append(ReceivedMessage(row[0], headers, row[4], row[1], name, row[3]))
         return messages, settled
+
+    def sort_out_columns(self, cursor: Any, rows: list[Sequence[Any]], stats: ReceiveStats) -> ReceivedColumns:
+        """The messages among ``rows`` (FIFO) as columns, the other rows settled as ``sort_out`` settles them.
+
+        The same triage without a ``ReceivedMessage`` or a kept headers dict per row: when every row takes the
+        fast path (the common batch) the columns are the rows' own values, transposed in one step; only the rows
+        ``_unusual`` decides are read one by one.
+        """
+        plain = _plain_headers(rows)
+        if None not in plain:
+            ids, seqs, _, texts, bodies = zip(*rows, strict=True) if rows else ((), (), (), (), ())
+            return ReceivedColumns(ids, seqs, texts, bodies, self.name)
+        ids, seqs, texts, bodies = [], [], [], []
+        for row, headers in zip(rows, plain, strict=True):
+            if headers is None:
+                message = self._unusual(cursor, row, stats)
+                if message is None:
+                    continue
+                ids.append(message.native_id)
+                seqs.append(message.seq)
+                texts.append(headers_text(message))
+                bodies.append(message.body)
+            else:
+                ids.append(row[0])
+                seqs.append(row[1])
+                texts.append(row[3])
+                bodies.append(row[4])
+        return ReceivedColumns(ids, seqs, texts, bodies, self.name)
 
     def _unusual(self, cursor: Any, row: Sequence[Any], stats: ReceiveStats) -> ReceivedMessage | None:
         """Decide a row the fast path did not take: a message, or None once it was settled here."""
@@ -398,6 +416,27 @@ class QueueBook:
     def forget(self, queue: TableQueue) -> None:
         """Check the queue's existence again next time (after a statement on it failed)."""
         self._existing.discard(queue.address)
+
+
+def _plain_headers(rows: list[Sequence[Any]]) -> list[dict[str, str | None] | None]:
+    """Each row's parsed headers where the row takes the fast path (a JSON object of strings, not expired, no
+    forward header, text headers, a bytes body), else None: ``TableQueue._unusual`` decides that row."""
+    found: list[dict[str, str | None] | None] = []
+    append = found.append
+    forward, only_text = h.FORWARD_DESTINATION, _STR_OR_NONE.issuperset
+    for _, _, expired, text, body in rows:
+        try:
+            headers, end = _scan_json(text, 0)
+            if end != len(text):  # text after the object (whitespace is fine): json.loads decides
+                headers = _json_loads(text)
+        except Exception:  # noqa: BLE001 - not JSON, not text, too deep: decided by _unusual
+            headers = None
+        if (type(headers) is not _DICT or expired or forward in headers
+                or not only_text(map(type, headers.values())) or type(body) is not _BYTES
+                or type(text) is not _STR):
+            headers = None
+        append(headers)
+    return found
 
 
 def native_id_param(dialect: Dialect, native_id: Any) -> Any:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from ..common.errors import InvalidMessageError
 from ..common.validation import is_number
-from .headers import MESSAGE_ID, serialize_headers
+from .headers import MESSAGE_ID, parse_headers, serialize_headers
 
 YEAR = 365 * 24 * 3600
 MAX_SECONDS = 100 * YEAR
@@ -132,10 +133,7 @@ class ReceivedMessage:
     @property
     def id_text(self) -> str:
         """``str(self.id)``, without parsing an id stored as canonical text (lower-case, hyphenated)."""
-        raw = self._id
-        if type(raw) is str and _CANONICAL_UUID(raw) is not None:
-            return raw
-        return str(self.id)
+        return id_text(self._id) if self._uuid is None else str(self._uuid)
 
     @property
     def native_id(self) -> Any:
@@ -160,6 +158,60 @@ class ReceivedMessage:
     def __repr__(self) -> str:
         size = None if self.body is None else len(self.body)
         return f"ReceivedMessage(id={self.id}, seq={self.seq}, queue={self.queue!r}, body_size={size})"
+
+
+class ReceivedColumns:
+    """A batch of received messages as columns, one list per column and no object per message (the Parquet
+    drain's receive: ``Claim(..., columns=True)``). Row ``i`` is the message ``ReceivedMessage`` would hold.
+
+    :param ids: the Id column as the driver returned it (see ``ReceivedMessage.native_id``; ``id_text`` reads one).
+    :param seqs: the positions, FIFO.
+    :param headers: the Headers text of each message: as stored, or encoded again where the receive changed the
+        headers (a forward header naming this queue taken out).
+    :param bodies: the bodies (None where the column was NULL).
+    :param queue: canonical address text of the queue they came from.
+    """
+
+    __slots__ = ("ids", "seqs", "headers", "bodies", "queue")
+
+    def __init__(self, ids: Sequence[Any], seqs: Sequence[int], headers: Sequence[str],
+                 bodies: Sequence[bytes | None], queue: str) -> None:
+        self.ids = ids
+        self.seqs = seqs
+        self.headers = headers
+        self.bodies = bodies
+        self.queue = queue
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __bool__(self) -> bool:
+        return len(self.seqs) != 0
+
+    def __repr__(self) -> str:
+        return f"ReceivedColumns(queue={self.queue!r}, rows={len(self)})"
+
+    def messages(self) -> list[ReceivedMessage]:
+        """The rows as ``ReceivedMessage`` objects (their headers parsed again from the text)."""
+        return [ReceivedMessage(native_id, parse_headers(text), body, seq, self.queue, text)
+                for native_id, seq, text, body in zip(self.ids, self.seqs, self.headers, self.bodies, strict=True)]
+
+
+def headers_text(message: ReceivedMessage) -> str:
+    """The Headers text of a received message: as stored when its headers are what was stored, else encoded
+    again (compact, non-ASCII kept: the stored text's form for the common case)."""
+    text = message.headers_text
+    if text is None:
+        text = json.dumps(message.headers, ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
+def id_text(native_id: Any) -> str:
+    """An Id column value as canonical UUID text: canonical text as it is, anything else through ``native_uuid``
+    (``ReceivedMessage.id_text`` of a message with this Id)."""
+    if type(native_id) is str and _CANONICAL_UUID(native_id) is not None:
+        return native_id
+    return str(native_uuid(native_id))
 
 
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
