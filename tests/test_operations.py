@@ -793,7 +793,7 @@ def test_transport_from_url_and_close(db):
 # -- no value is ever formatted into SQL -----------------------------------------------------------
 IDENTIFIER_SLOTS = {"queue", "delayed", "seq_index", "expires_index", "due_index", "savepoint", "sys", "pkey_index",
                     "table", "seq_key_index", "id_index", "index", "legacy_due_index", "notify_trigger",
-                    "wake_function", "inbox_index", "groups", "state", "groups_index"}
+                    "wake_function", "inbox_index", "groups", "state", "groups_index", "leases"}
 #: Slots filled with copies of a fragment statement of the same file (its markers renamed), never with values;
 #: ``group_fields`` once, verbatim, when the file is loaded (``Dialect.fragment_slots``).
 FRAGMENT_SLOTS = {"rows", "seqs", "group_fields"}
