@@ -136,6 +136,25 @@ def test_every_waiting_watcher_of_a_queue_is_woken(pg, orders, counter):
         second.close()
 
 
+def test_a_second_watcher_sees_the_lock_held_and_leaves_no_lock_behind(pg, orders, counter):
+    """The second watcher tells "another receiver holds it" by a shared take that fails (no pg_locks scan); a take
+    that succeeds is given back in the same statement, so senders keep notifying for the first watcher."""
+    t, q = orders
+    first, second = t.wakeups(q, poll_interval=600), t.wakeups(q, poll_interval=600)
+    try:
+        assert first.start() and second.start()
+        assert (first._covered, second._covered) == ("held", "other")
+        with psycopg.connect(PG_URL, autocommit=True) as probe:
+            modes = probe.execute("SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND classid = 1644256948"
+                                  ).fetchall()
+            assert modes == [("ExclusiveLock",)]
+        first.close()  # nobody holds it now: the check must take nothing, and say so
+        assert second.dialect.hold_wakeups(second._listener, second.queue.address) == "held"
+    finally:
+        first.close()
+        second.close()
+
+
 def test_a_closed_watcher_stops_the_notifications(pg, orders, counter):
     t, q = orders
     wakeups = t.wakeups(q, poll_interval=600)
