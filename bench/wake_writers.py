@@ -10,6 +10,10 @@ Throughput: ``--writers`` processes (started once, kept for every round) each se
 * ``plain, polling watcher``: no trigger, and a watcher that receives (batches of up to 100) at the receive rate
   the ``wake lock, watcher`` set-up's watcher had in its latest round, sleeping between empty receives: the
   watcher's own work on the shared cores without any NOTIFY (to tell that cost from the notify lock's);
+* ``empty trigger, polling watcher``: a statement-level trigger whose body returns at once, and the polling
+  watcher: what executing a plpgsql trigger costs a send;
+* ``wake lock, polling watcher``: the trigger installed now with the polling watcher (which never waits, so every
+  statement takes the wake-up lock shared and nothing notifies): the trigger's advisory-lock test without NOTIFY;
 * ``wake lock``: the trigger installed now (``sqlqueue_wake``), nobody waiting (a busy or absent receiver);
 * ``wake lock, watcher``: the same with a watcher that receives what comes (batches of up to 100) and waits when
   the queue is empty (``Wakeups``, the triggers' loop): senders notify only while it waits, one transaction at a
@@ -44,9 +48,10 @@ from typing import Any
 
 from .databases import DEFAULT_PG_URL
 
-SETUPS = ("plain", "plain, polling watcher", "wake lock", "wake lock, watcher", "uncoalesced, watcher",
-          "notify always, watcher")
-TABLES = {"plain": "plain", "plain, polling watcher": "polled", "wake lock": "lock",
+SETUPS = ("plain", "plain, polling watcher", "empty trigger, polling watcher", "wake lock, polling watcher",
+          "wake lock", "wake lock, watcher", "uncoalesced, watcher", "notify always, watcher")
+TABLES = {"plain": "plain", "plain, polling watcher": "polled", "empty trigger, polling watcher": "empty_polled",
+          "wake lock, polling watcher": "lock_polled", "wake lock": "lock",
           "wake lock, watcher": "lock_watched", "uncoalesced, watcher": "uncoalesced",
           "notify always, watcher": "always"}
 #: The wake-up function before coalescing: every send notifies while a watcher waits.
@@ -56,6 +61,11 @@ IF NOT pg_try_advisory_xact_lock_shared(1644256948, TG_RELID::integer) THEN
 PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text); END IF; RETURN NULL; END $f$'''
 UNCOALESCED_TRIGGER = ('CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{schema}"."{table}" FOR EACH STATEMENT '
                        'EXECUTE FUNCTION "{schema}".sqlqueue_wake_uncoalesced()')
+#: A statement-level trigger whose body returns at once: what running a plpgsql trigger costs a send.
+EMPTY_FUNCTION = '''CREATE OR REPLACE FUNCTION "{schema}".sqlqueue_wake_empty() RETURNS trigger LANGUAGE plpgsql
+AS $f$ BEGIN RETURN NULL; END $f$'''
+EMPTY_TRIGGER = ('CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{schema}"."{table}" FOR EACH STATEMENT '
+                 'EXECUTE FUNCTION "{schema}".sqlqueue_wake_empty()')
 LEGACY_FUNCTION = '''CREATE OR REPLACE FUNCTION "{schema}".sqlqueue_notify() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN PERFORM pg_notify('sqlqueue', json_build_array(TG_TABLE_SCHEMA, TG_TABLE_NAME)::text); RETURN NULL; END $f$'''
 LEGACY_TRIGGER = ('CREATE TRIGGER "{table}_notify" AFTER INSERT ON "{schema}"."{table}" FOR EACH STATEMENT '
@@ -277,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
         for setup, queue in queues.items():
             transport.create_queue(queue, notify=setup.startswith("wake lock"))
         with psycopg.connect(args.pg_url, autocommit=True) as conn:
+            conn.execute(EMPTY_FUNCTION.format(schema=schema))
+            conn.execute(EMPTY_TRIGGER.format(schema=schema, table=TABLES["empty trigger, polling watcher"]))
             conn.execute(LEGACY_FUNCTION.format(schema=schema))
             conn.execute(LEGACY_TRIGGER.format(schema=schema, table=TABLES["notify always, watcher"]))
             conn.execute(UNCOALESCED_FUNCTION.format(schema=schema))

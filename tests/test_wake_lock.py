@@ -101,6 +101,16 @@ def test_senders_notify_only_while_a_watcher_waits(pg, orders, counter):
     assert [m.body for m in t.receive(q, 10)] == [b"it waits again"]
 
 
+def _wake_lock_modes(pg) -> list[tuple[str]]:
+    """The modes in which connections hold the wake-up lock of the queue ``orders``."""
+    with psycopg.connect(PG_URL, autocommit=True) as probe:
+        return probe.execute(
+            "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND classid = 1644256948 AND objsubid = 2"
+            " AND granted AND objid = to_regclass(%s)::oid"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (f'"{pg.schema}"."orders"',)).fetchall()
+
+
 def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its_next_look(pg, orders, counter):
     """The race: a send's statement ran before the watcher asked for wake-ups (so it will not notify), and commits
     only after. Asking waits for that commit, so the watcher's next look finds the message."""
@@ -114,6 +124,7 @@ def test_a_watcher_that_starts_waiting_during_an_open_send_sees_that_send_at_its
         sender.commit()  # commits while the watcher waits for its lock
         started.join()
     try:
+        assert _wake_lock_modes(pg) == [("ExclusiveLock",)]  # the check "does a receiver hold it" kept nothing
         assert wakeups.push
         assert counter.count() == 0  # the send notified nobody ...
         [message] = t.receive(q)  # ... and the watcher's first look (after start) finds it
@@ -131,6 +142,23 @@ def test_every_waiting_watcher_of_a_queue_is_woken(pg, orders, counter):
             _insert(pg, sender, b"for both")
         assert first.wait(found=False) is True and second.wait(found=False) is True
         assert (first.woken, second.woken, counter.count()) == (1, 1, 1)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_second_watcher_sees_the_lock_held_and_leaves_no_lock_behind(pg, orders, counter):
+    """The second watcher tells "another receiver holds it" by a shared take that fails (no pg_locks scan); a take
+    that succeeds is given back in the same statement, so senders keep notifying for the first watcher."""
+    t, q = orders
+    first, second = t.wakeups(q, poll_interval=600), t.wakeups(q, poll_interval=600)
+    try:
+        assert first.start() and second.start()
+        assert (first._covered, second._covered) == ("held", "other")
+        assert _wake_lock_modes(pg) == [("ExclusiveLock",)]
+        with psycopg.connect(PG_URL, autocommit=True) as sender:  # the sender still notifies for the first watcher
+            _insert(pg, sender, b"for both")
+        assert first.wait(found=False) is True and counter.count() == 1
     finally:
         first.close()
         second.close()
@@ -226,10 +254,12 @@ def test_a_send_that_cannot_be_sure_of_a_notification_in_flight_notifies(pg, ord
         assert counter.count() == 1
 
 
-def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, orders, counter):
+@pytest.mark.parametrize("race", range(4))
+def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, orders, counter, race):
     """Eight plain senders (as .NET writes) race a watcher that receives what comes and waits whenever the queue
     is empty: every message arrives once, no wait ends by its fallback poll (a missed wake-up), and senders
-    issue no more NOTIFYs than the watcher has wake cycles plus one per wake-up in flight."""
+    issue no more NOTIFYs than the watcher has wake cycles plus one per wake-up in flight. Run four times: each a
+    new race of the watcher looking, arming and going to sleep against the senders' commits."""
     t, q = orders
     senders, each = 8, 40
     wakeups = t.wakeups(q, poll_interval=60)
@@ -285,15 +315,16 @@ def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another
 
 def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_lock(pg, orders, counter):
     """Asking for wake-ups again while messages wait (they came during the last look): the watcher is busy again at
-    once, so it does not keep senders notifying while it works. Rows another receiver holds do not count, so the
-    two never loop on them."""
+    once, so it does not keep senders notifying while it works; it looks before asking, so it does not even ask
+    (no lock wait for the senders' transactions, no notification). Rows another receiver holds do not count, so
+    the two never loop on them."""
     t, q = orders
     with watching(t, q) as wakeups:
         with psycopg.connect(PG_URL, autocommit=True) as sender:
             _insert(pg, sender, b"wakes it")
             assert wakeups.wait(found=False) is True
             _insert(pg, sender, b"came during the look")
-            assert wakeups.wait(found=False) is True  # rows: it let go of the lock at once
+            assert wakeups.wait(found=False) is True  # rows: its look before asking found them, no arming
             _insert(pg, sender, b"while it works")
             assert counter.count() == 1  # only the first send notified
             with psycopg.connect(PG_URL) as other:  # another receiver holds every row
@@ -301,4 +332,4 @@ def test_a_watcher_that_finds_messages_when_it_asks_for_wake_ups_lets_go_of_the_
                 assert wakeups.wait(found=False) is True  # no row it could take: it keeps the lock
                 _insert(pg, sender, b"while it waits")
                 assert counter.count() == 1
-        assert wakeups.covers == 3
+        assert wakeups.covers == 2  # the first wait and the one that kept the lock: rows seen first arm nothing

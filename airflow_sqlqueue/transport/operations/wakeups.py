@@ -55,6 +55,9 @@ HOT_CHECK_INTERVAL = 0.002
 #: Times in a row a watcher that asks for wake-ups may find rows and let go of the lock at once (busy again); then
 #: it keeps it once, so a watcher whose looks find none of those rows cannot loop.
 MAX_PEEKED = 8
+#: Looks before arming that may find rows in a row (a busy watcher arms no wake-ups; bounded should the
+#: caller's receives keep finding none of them).
+MAX_LOOKED = 64
 
 
 #: Read-only descriptors of WAL index (``-shm``) files, by path: (device, inode) -> descriptor, opened once per
@@ -165,6 +168,8 @@ class Wakeups:
         self._covered: str | None = None
         #: Re-armings in a row that found rows and let go of the lock again (at MAX_PEEKED the next one keeps it).
         self._peeked = 0
+        #: Looks in a row, before arming, that found rows (at MAX_LOOKED the next wait arms without looking).
+        self._looked = 0
         #: Wake-ups received for this queue (for logs and tests).
         self.woken = 0
         #: Times this watcher asked senders to notify (took or found the wake-up lock) before waiting.
@@ -301,6 +306,12 @@ class Wakeups:
             return False
         try:
             if self._covered is None:
+                if self._looked < MAX_LOOKED and self.dialect.queue_has_rows(listener, self.queue.address):
+                    # Rows came since the caller's look: it is busy again without arming (no lock wait for the
+                    # senders' transactions, no notification, no covered wait at the next arming).
+                    self._looked += 1
+                    return True
+                self._looked = 0
                 # "held", "other", or "none" when a sender's open transaction kept the lock past lock_timeout
                 self._covered = self.dialect.hold_wakeups(listener, self.queue.address) or "none"
                 self.covers += 1

@@ -323,11 +323,12 @@ SELECT pg_try_advisory_lock(1644256948, to_regclass(%(table)s)::oid::integer)
 SELECT EXISTS (SELECT 1 FROM {queue} LIMIT 1 FOR UPDATE SKIP LOCKED)
 
 -- wake_lock_held --
--- Whether another receiver holds the queue's wake-up lock (then senders notify already).
-SELECT EXISTS (SELECT 1 FROM pg_locks
-               WHERE locktype = 'advisory' AND classid = 1644256948 AND objsubid = 2 AND mode = 'ExclusiveLock'
-                 AND granted AND objid = to_regclass(%(table)s)::oid
-                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+-- Whether another receiver holds the queue's wake-up lock or waits for it (then senders notify already): a shared
+-- take of it fails only then, senders hold it shared. Taken and given back in one statement: two lock-table calls
+-- (an earlier version scanned pg_locks, which visits every backend's fast-path locks, senders' included, each
+-- wake cycle). CASE: the release runs only after a granted take.
+SELECT CASE WHEN pg_try_advisory_lock_shared(1644256948, to_regclass(%(table)s)::oid::integer)
+            THEN NOT pg_advisory_unlock_shared(1644256948, to_regclass(%(table)s)::oid::integer) ELSE true END
 
 -- wake_lock_wait --
 -- Take the queue's wake-up lock after the senders' transactions that hold it shared end (bounded by lock_timeout).
