@@ -292,7 +292,9 @@ ON CONFLICT DO NOTHING
 
 -- drop_returned --
 -- Forget an owner's leases of rows that are back in their queue (after return_leased).
-DELETE FROM {leases} WHERE QueueName = %(queue_name)s AND Owner = %(owner)s AND RowSeq IN (SELECT seq FROM {queue})
+-- (a look-up of the queue's position per leased row: not a walk over the whole queue)
+DELETE FROM {leases} WHERE QueueName = %(queue_name)s AND Owner = %(owner)s
+  AND EXISTS (SELECT 1 FROM {queue} WHERE seq = RowSeq)
 
 -- drop_leased --
 -- Delete an owner's leased rows (their event was stored, or they went to the error queue).
