@@ -2,6 +2,7 @@
 
     python -m bench.instructions --case send --calls 1000        # one message a call, SQLite
     python -m bench.instructions --case receive --calls 100      # batches of 100
+    python -m bench.instructions --case receive --calls 1000 --batch 1   # one message a receive
     python -m bench.instructions --case receive --calls 100 --dialect postgres   # the client's side only
 
 The one-message and batch calls of ``bench.paired`` on SQLite (the database runs in the process, so its work is
@@ -21,8 +22,9 @@ import subprocess
 import sys
 
 
-def _work(case: str, who: str, calls: int, dialect: str = "sqlite") -> None:
-    """The counted process: set up, warm up, then ``calls`` calls of one contestant."""
+def _work(case: str, who: str, calls: int, dialect: str = "sqlite", batch: int = 100, fill: int = 0) -> None:
+    """The counted process: set up (a receive's backlog of ``fill`` rows, the same in both runs of a count, so that
+    filling cancels), warm up, then ``calls`` calls of one contestant."""
     from .databases import DEFAULT_PG_URL, BenchDb, outgoing
     from .receive import baseline_receive_batch
     from .send import baseline_sender
@@ -43,24 +45,24 @@ def _work(case: str, who: str, calls: int, dialect: str = "sqlite") -> None:
                 for _ in range(calls + 2):
                     send(1)
         else:
-            db.fill(queue, 100 * (calls + 2))
+            db.fill(queue, max(fill, batch * (calls + 2)))
             db.settle()
             if who == "provider":
                 for _ in range(calls + 2):
-                    transport.receive(address, 100)
+                    transport.receive(address, batch)
             else:
-                receive = baseline_receive_batch(db, queue, conn, 100)
+                receive = baseline_receive_batch(db, queue, conn, batch)
                 for _ in range(calls + 2):
                     receive()
         conn.close()
     db.close()
 
 
-def count(case: str, who: str, calls: int, dialect: str = "sqlite") -> int:
-    """User-space instructions of one process doing ``calls`` calls."""
+def count(case: str, who: str, calls: int, dialect: str = "sqlite", batch: int = 100, fill: int = 0) -> int:
+    """User-space instructions of one process doing ``calls`` calls (a receive on a backlog of ``fill`` rows)."""
     done = subprocess.run(  # noqa: S603 - our own interpreter and module
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable,
-         "-m", "bench.instructions", "--work", case, who, str(calls), dialect],
+         "-m", "bench.instructions", "--work", case, who, str(calls), dialect, str(batch), str(fill)],
         capture_output=True, text=True, check=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -73,17 +75,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", choices=("send", "receive"), default="send")
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--dialect", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("--work", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=100, help="messages a receive (send: always 1)")
+    parser.add_argument("--work", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.work:
-        case, who, calls, dialect = args.work
-        _work(case, who, int(calls), dialect)
+        case, who, calls, dialect, batch, fill = args.work
+        _work(case, who, int(calls), dialect, int(batch), int(fill))
         return
     per_call = {}
     for who in ("provider", "baseline"):
-        calls = count(args.case, who, args.calls, args.dialect) - count(args.case, who, 0, args.dialect)
+        fill = args.batch * (args.calls + 2)  # the same backlog in both runs: filling it cancels
+        calls = (count(args.case, who, args.calls, args.dialect, args.batch, fill)
+                 - count(args.case, who, 0, args.dialect, args.batch, fill))
         per_call[who] = calls / args.calls
-    per = "message" if args.case == "send" else "call of 100 messages"
+    per = "message" if args.case == "send" else f"call of {args.batch} messages"
     print(f"{args.case} on {args.dialect}, {args.calls} calls: provider {per_call['provider']:,.0f} instructions "
           f"a {per}, "
           f"baseline {per_call['baseline']:,.0f}: {per_call['baseline'] / per_call['provider']:.2f}x")
