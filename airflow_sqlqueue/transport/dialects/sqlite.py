@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import operator
 import sqlite3
 import uuid
 from typing import Any
@@ -190,4 +190,6 @@ class SqliteDialect(Dialect):
         return isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc)
 
 
-_decode_text = functools.partial(str, encoding="utf-8", errors="surrogateescape")
+# bytes.decode with its arguments bound: called by the driver for every TEXT value read (a partial of str with
+# keyword arguments builds a dict of them at each call: ~1,300 instructions a row more for a received message)
+_decode_text = operator.methodcaller("decode", "utf-8", "surrogateescape")
