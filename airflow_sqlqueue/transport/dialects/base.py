@@ -104,6 +104,9 @@ class Dialect:
     send_many_is_one_statement: bool = False
     #: The database is across a network: a connection lost after a statement left leaves its outcome unknown.
     remote: bool = True
+    #: A cursor keeps the last statement's result after its rows were fetched (psycopg does: a kept cursor's
+    #: result is let go of by ``Session.release_cursor``); sqlite3's holds nothing once ``fetchall`` ended.
+    keeps_results: bool = True
     #: A receiver of the pump or the drain starts its next receive past the last position it took (statements
     #: ``receive_after`` and ``lock_after``) until it goes back to the head (see ``ReceivePosition``): where the
     #: rows receives delete stay in the seq index until a vacuum (PostgreSQL's MVCC), so a receive from the head

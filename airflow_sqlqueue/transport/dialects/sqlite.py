@@ -30,6 +30,7 @@ class SqliteDialect(Dialect):
     #: Without BEGIN a statement is its own transaction (the connection's isolation_level is None).
     autocommit_statements = True
     remote = False
+    keeps_results = False
 
     def __init__(self, paramstyle: str = "named") -> None:
         super().__init__(paramstyle)

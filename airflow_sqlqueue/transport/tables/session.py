@@ -125,6 +125,9 @@ class LocalWrites:
 LOCAL_WRITES = LocalWrites()
 
 
+_get_ident = threading.get_ident
+
+
 class WriterGate:
     """One write transaction at a time among the connections of one session, on a single-writer database (SQLite).
 
@@ -147,7 +150,7 @@ class WriterGate:
     def enter(self) -> bool:
         """Wait for the gate; True when this call took it (give it back with ``leave``), False when this thread
         holds it already. After ``timeout`` seconds, the database's lock-timeout error."""
-        me = threading.get_ident()
+        me = _get_ident()
         if self._holder == me:
             return False
         if not self._lock.acquire(False) and not self._lock.acquire(timeout=self.timeout):  # free: no timed wait
@@ -158,7 +161,10 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
-        LOCAL_WRITES.ended()
+        writes = LOCAL_WRITES  # LocalWrites.ended, without the call
+        writes.count += 1
+        if writes._waiting:
+            writes.notify()
 
 
 class Session:
@@ -174,7 +180,7 @@ class Session:
         self._connect = connect
         self._idle: list[Any] = []
         self._cursors: dict[int, tuple[Any, Any]] = {}  # id(connection) -> (connection, its reused cursor)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # for the cursors' map (the idle list needs none: its pop and append are atomic)
         self._max_idle = max_idle
         self._gate = WriterGate(dialect.write_lock_wait, dialect.write_lock_timeout) if dialect.single_writer else None
         #: Whether turning autocommit on and off does anything here (SQLite: a statement without BEGIN commits).
@@ -205,17 +211,16 @@ class Session:
 
     def _take(self) -> Any:
         """A pooled connection as it was left (autocommit on after ``run_once``), or a new one."""
-        with self._lock:
-            connection = self._idle.pop() if self._idle else None
-        return connection if connection is not None else self._new()
+        try:
+            return self._idle.pop()  # list.pop is atomic: the pool needs no lock of its own
+        except IndexError:
+            return self._new()
 
     def checkin(self, connection: Any, healthy: bool = True) -> None:
         """Return a connection to the pool, or close it when it is not ``healthy`` (or the pool is full)."""
-        if healthy:
-            with self._lock:
-                if len(self._idle) < self._max_idle:
-                    self._idle.append(connection)
-                    return
+        if healthy and len(self._idle) < self._max_idle:  # two at once may pass the cap by one: no harm
+            self._idle.append(connection)
+            return
         self._forget_cursor(connection)
         close_quietly(connection)
 
@@ -348,19 +353,28 @@ class Session:
                 if explained is final:
                     raise
                 raise explained from final
-        self.retry.succeeded()
+        breaker = self.retry.breaker  # RetryPolicy.succeeded, without the call
+        if breaker is not None:
+            breaker.success()
         return result
 
     def _once(self, work: Callable[[Any, A], T], arg: A, returns_rows: bool) -> T:
-        """One attempt of ``run_once``: the writer gate, a pooled connection in autocommit, ``work``."""
+        """One attempt of ``run_once``: the writer gate, a pooled connection in autocommit, ``work``.
+
+        The pool's and the cursors' steps are written out here (``_take``, ``_cursor``, ``checkin``): this is the
+        path of every one-message send and receive, where each call of Python counts beside a hand loop's."""
         dialect, gate = self.dialect, self._gate
         if gate is not None and not gate.enter():
             gate = None  # this thread's own write is open: the database decides
         try:
-            connection = self._take()
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                connection = self._new()
             cursor = None
             try:
-                cursor = self._cursor(connection)
+                entry = self._cursors.get(id(connection))
+                cursor = entry[1] if entry is not None and entry[0] is connection else self._cursor(connection)
                 if self._switch_autocommit:  # left on for the next one-statement call; checkout turns it off
                     dialect.autocommit(connection, True)
                 result = work(cursor, arg)
@@ -371,9 +385,12 @@ class Session:
         finally:
             if gate is not None:
                 gate.leave()
-        if returns_rows:
+        if returns_rows and dialect.keeps_results:
             self.release_cursor(connection, cursor)
-        self.checkin(connection)
+        if len(self._idle) < self._max_idle:
+            self._idle.append(connection)
+        else:
+            self.checkin(connection)  # the pool is full: closed there
         return result
 
     def explain(self, exc: Exception, what: str) -> Exception:
@@ -396,9 +413,11 @@ class Session:
 
     def close(self) -> None:
         """Close every idle connection."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
+        while True:  # one at a time from the pool itself: one checked in meanwhile is closed too
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                return
             self._forget_cursor(connection)
             close_quietly(connection)
 
