@@ -104,7 +104,9 @@ def test_expires_equal_to_now_is_expired(dialect):
     """Upstream treats a row as live only while ``Expires > now``: the expired flag every receive computes must
     be ``Expires <= now`` (equality is expired), in every statement that returns rows."""
     statements = get_dialect(dialect).statements
-    for name in ("receive_batch", "receive_range", "lock_batch", "lock_after", "browse"):
+    for name in ("receive_batch", "receive_one", "receive_range", "lock_batch", "lock_after", "browse"):
+        if name not in statements:  # receive_one: only where a dialect has a cheaper statement for one row
+            continue
         text = re.sub(r"\s+", " ", statements[name].text)
         now = r"(\(statement_timestamp\(\)|strftime|GETUTCDATE|julianday\('now'\))"
         assert re.search(r"expires\)? <= " + now, text, re.IGNORECASE), name

@@ -295,7 +295,8 @@ class SqlQueueTransport:
         :func:`~airflow_sqlqueue.transport.processing.claim.take_once` for the rows that need sorting out.
         """
         table = self.book.queue(queue)
-        check_count(max_messages, "max_messages")
+        if type(max_messages) is not int or max_messages < 1:  # the check below, without its call when fine
+            check_count(max_messages, "max_messages")
         if self.dialect.autocommit_statements:
             return take_once(self.session, table, max_messages)
 

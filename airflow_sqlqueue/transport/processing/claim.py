@@ -358,6 +358,10 @@ class _Abandoned(Exception):
     """Stands for the reason of an abandoned claim (a plain rollback)."""
 
 
+#: What ``sort_out`` counts into when it settles no row itself (a ``deferred`` list takes them): never read.
+_UNCOUNTED = ReceiveStats()
+
+
 def take_once(session: Session, queue: TableQueue, count: int) -> list[ReceivedMessage]:
     """An at-most-once receive as lean as a hand loop: up to ``count`` of the oldest rows taken by one statement in
     autocommit (one round trip, no BEGIN or COMMIT; only where ``dialect.autocommit_statements`` is set).
@@ -368,17 +372,11 @@ def take_once(session: Session, queue: TableQueue, count: int) -> list[ReceivedM
     two a process that dies loses those rows, as it loses the messages it received. A connection lost once the
     statement left raises ``OutcomeUnknownError``: the rows it took, if any, are gone.
     """
-    what = f"receive from {queue.name!r}"
-
-    def unknown(_: int, exc: BaseException) -> Exception:
-        return OutcomeUnknownError(
-            f"{what}: the connection was lost once the receive was sent ({first_line(exc)}): up to {count} "
-            "message(s) may have been taken and are lost (receive() is at-most-once); use receiving() or a claim "
-            "where a lost connection must leave them in the queue")
-
-    rows = session.run_once(queue.take, count, what=what, unknown=unknown)
+    what = queue.receiving
+    rows = session.run_once(queue.take, count, what=what,
+                            unknown=_lost_receive(what) if session.dialect.remote else None)
     deferred: list[Sequence[Any]] = []
-    messages, _ = queue.sort_out(None, rows, ReceiveStats(), deferred)
+    messages, _ = queue.sort_out(None, rows, _UNCOUNTED, deferred)
     if not deferred:
         return messages
 
@@ -393,6 +391,18 @@ def take_once(session: Session, queue: TableQueue, count: int) -> list[ReceivedM
     if more:
         messages = sorted(messages + more, key=_position)
     return messages
+
+
+def _lost_receive(what: str) -> Callable[[int, BaseException], Exception]:
+    """The error of a receive whose connection was lost once its statement left (see ``Session.run_once``)."""
+
+    def unknown(count: int, exc: BaseException) -> Exception:
+        return OutcomeUnknownError(
+            f"{what}: the connection was lost once the receive was sent ({first_line(exc)}): up to {count} "
+            "message(s) may have been taken and are lost (receive() is at-most-once); use receiving() or a claim "
+            "where a lost connection must leave them in the queue")
+
+    return unknown
 
 
 def _position(message: ReceivedMessage) -> tuple[bool, int]:

@@ -108,14 +108,19 @@ class TableQueue:
         self.ids = dialect.identifiers(address)
         #: What a send to this queue is called in errors and logs (made once: sends are many).
         self.sending = f"send to {self.name!r}"
+        #: What a receive from this queue is called in errors and logs.
+        self.receiving = f"receive from {self.name!r}"
         self._runners: dict[str, Callable[[Any, dict[str, Any] | None], Any]] = {}
+        #: The statement that takes one row (a dialect may have a cheaper one than ``receive_batch``).
+        self._receive_one = "receive_one" if "receive_one" in dialect.statements else "receive_batch"
 
     def run(self, cursor: Any, name: str, params: dict[str, Any] | None) -> Any:
         """Run the named statement about this queue (``dialect.execute`` with its identifiers); return the cursor."""
-        run = self._runners.get(name)
-        if run is None:
-            run = self._runners[name] = self.dialect.runner(name, self.ids)
-        return run(cursor, params)
+        return (self._runners.get(name) or self._runner(name))(cursor, params)
+
+    def _runner(self, name: str) -> Callable[[Any, dict[str, Any] | None], Any]:
+        run = self._runners[name] = self.dialect.runner(name, self.ids)
+        return run
 
     def __repr__(self) -> str:
         return f"TableQueue({self.name!r})"
@@ -133,8 +138,10 @@ class TableQueue:
         """Delete up to ``count`` of the oldest rows no other receiver holds (only positions ``within`` the range,
         when given; only past position ``after``, when given: ``dialect.bounded_receives``) and return them."""
         if within is None:
-            if after is None:
-                return self._rows(cursor, "receive_batch", {"batch_size": count})
+            if after is None:  # the common receive: its runner without the look-up by name
+                name = self._receive_one if count == 1 else "receive_batch"
+                rows = (self._runners.get(name) or self._runner(name))(cursor, {"batch_size": count}).fetchall()
+                return rows if len(rows) < 2 else _in_order(rows)
             return self._rows(cursor, "receive_after", {"batch_size": count, "after_seq": after})
         first = within.first if after is None else max(within.first, after + 1)
         last = MAX_SEQ if within.last is None else within.last
@@ -151,12 +158,7 @@ class TableQueue:
 
     def _rows(self, cursor: Any, statement: str, params: dict[str, Any]) -> list[Sequence[Any]]:
         rows = self.run(cursor, statement, params).fetchall()
-        if len(rows) > 1:
-            try:
-                rows.sort(key=_seq_of)
-            except TypeError:  # a NULL position in a table of another program: last, as the database orders it
-                rows.sort(key=lambda row: (row[1] is None, row[1] or 0))
-        return rows
+        return rows if len(rows) < 2 else _in_order(rows)
 
     def delete(self, cursor: Any, seqs: list[int]) -> None:
         """Delete the rows at these positions (rows this transaction holds) in one statement."""
@@ -177,7 +179,7 @@ class TableQueue:
         messages: list[ReceivedMessage] = []
         settled: list[int] = []
         name = self.name
-        for row, headers in zip(rows, _plain_headers(rows), strict=True):
+        for row, headers in zip(rows, _plain_headers(rows)):  # noqa: B905 - one entry a row (strict= costs a call)
             if headers is None:
                 if deferred is not None:
                     deferred.append(row)
@@ -374,10 +376,9 @@ class QueueBook:
         """The ``TableQueue`` of a queue (made once per table); NotAQueueError for a system table."""
         if isinstance(queue, TableQueue):
             return queue
-        if type(queue) is str:
-            found = self._by_text.get(queue)
-            if found is not None:
-                return found
+        found = (self._by_text if type(queue) is str else self._queues).get(queue)  # type: ignore[call-overload]
+        if found is not None:  # text seen before, or an address as parsed: no parse again
+            return found
         address = self.address(queue)
         found = self._queues.get(address)
         if found is None:
@@ -416,6 +417,15 @@ class QueueBook:
     def forget(self, queue: TableQueue) -> None:
         """Check the queue's existence again next time (after a statement on it failed)."""
         self._existing.discard(queue.address)
+
+
+def _in_order(rows: list[Sequence[Any]]) -> list[Sequence[Any]]:
+    """Rows by position (a statement's RETURNING order is not FIFO), sorted in place."""
+    try:
+        rows.sort(key=_seq_of)
+    except TypeError:  # a NULL position in a table of another program: last, as the database orders it
+        rows.sort(key=lambda row: (row[1] is None, row[1] or 0))
+    return rows
 
 
 def _plain_headers(rows: list[Sequence[Any]]) -> list[dict[str, str | None] | None]:
