@@ -46,10 +46,11 @@ def provider_receive(db: BenchDb, batch: int, receivers: int) -> Callable[[], in
 
 def baseline_receive_batch(db: BenchDb, queue: str, conn: Any, batch: int) -> Callable[[], int]:
     """One receive by hand on ``conn`` (made with ``db.connect(autocommit=True)``): one DELETE ... RETURNING in
-    autocommit (its own transaction, one round trip), then like any receiver it drops the expired rows, parses each
-    other row's Headers JSON (one ``json.loads``; no validation) and hands the batch back: each row with its
-    headers, held until the next receive, as the provider's list of messages is. Returns the rows it took."""
-    sql = db.sql("receive", queue)
+    autocommit (its own transaction, one round trip; one message on SQLite: the key as a scalar), then like any
+    receiver it drops the expired rows, parses each other row's Headers JSON (one ``json.loads``; no validation)
+    and hands the batch back: each row with its headers, held until the next receive, as the provider's list of
+    messages is. Returns the rows it took."""
+    sql = db.sql("receive_one" if batch == 1 and db.dialect == "sqlite" else "receive", queue)
     cur = conn.cursor()
     params = {"batch_size": batch}
     loads = json.loads

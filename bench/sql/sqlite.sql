@@ -15,6 +15,12 @@ DELETE FROM {queue}
 WHERE seq IN (SELECT seq FROM {queue} ORDER BY seq LIMIT %(batch_size)s)
 RETURNING id, seq, expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS expired, headers, body
 
+-- receive_one --
+-- One message: the oldest row by its key as a scalar (min of the rowid), no list of keys; expired as above.
+DELETE FROM {queue}
+WHERE seq = (SELECT min(seq) FROM {queue})
+RETURNING id, seq, expires <= strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS expired, headers, body
+
 -- delete --
 -- Delete rows by key (%(seqs)s: a JSON array of integers).
 DELETE FROM {queue} WHERE seq IN (SELECT value FROM json_each(%(seqs)s))
