@@ -203,10 +203,10 @@ class Wakeups:
                 return False
             connection = self.session.dedicated()
             try:
+                # Listening only: senders notify once the first wait asks for wake-ups (and looks after asking).
+                # Asking here would keep every sender notifying for as long as the caller's looks find messages,
+                # which under a steady stream is until the next empty look (it never reaches wait to let go).
                 self.dialect.listen(connection)
-                # before the caller's first look: senders notify from now on
-                self._covered = self.dialect.hold_wakeups(connection, address) or "none"
-                self.covers += 1
             except Exception:
                 close_quietly(connection)
                 raise
@@ -319,17 +319,22 @@ class Wakeups:
                 # one more wake cycle (and, while it is armed, more senders would notify).
                 while self.dialect.notifications(listener, 0):
                     pass
-                if self._covered == "held" and self._peeked < MAX_PEEKED and self.dialect.queue_has_rows(
-                        listener, self.queue.address):
+                if self._covered != "held" or self._peeked >= MAX_PEEKED:
+                    self._peeked = 0
+                    # Senders notify from now on; a send committed since the caller's last look did not: look again.
+                    return True
+                if self.dialect.queue_has_rows(listener, self.queue.address):
                     # Messages came meanwhile: the caller is busy again at once. Held, the lock would keep every
                     # sender notifying for as long as it works (it calls wait again only once the queue is empty).
                     self.dialect.release_wakeups(listener, self.queue.address)
                     self._covered = None
                     self._peeked += 1  # a bound, should its looks keep finding none of them: then keep the lock
                     return True
+                # Held, and the look after asking found nothing: every send committed before it is in that look, every
+                # later one notifies. Wait now: returning for one more look of the caller's would leave the lock held
+                # while it works should that look find a send of the instant between (under a steady stream, every
+                # sender would notify, one transaction after another, until its next empty look).
                 self._peeked = 0
-                # Senders notify from now on; a send committed since the caller's last look did not: look again.
-                return True
             pause = self.next_pause(found)
             deadline = time.monotonic() + pause
             while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
