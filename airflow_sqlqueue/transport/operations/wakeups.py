@@ -1,12 +1,13 @@
 """Waiting for the next message on a queue: push wake-ups on PostgreSQL, file watching on SQLite, polling elsewhere.
 
-On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or
-``enable_notifications``) that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints
-included: what they write is unchanged), but only while a watcher waits: a waiting watcher holds the queue's
-wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
-``create_wake_function`` in ``postgres.sql`` for why no send is missed; while one sender's notification is in
-flight the others rely on it, so one transaction per queue at a time takes the global notify lock). A watcher that
-finds the trigger listens and wakes as soon as a message is committed. On SQLite a committed write changes the
+On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or ``enable_notifications``)
+that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints included: what they write is
+unchanged), but only while a watcher waits: a waiting watcher holds the queue's wake-up lock on its listening
+connection, and releases it when woken (a busy watcher costs senders nothing; see ``create_wake_function`` in
+``postgres.sql`` for why no send is missed; while one sender's notification is in flight the others rely on it, so
+one transaction per queue at a time takes the global notify lock). A watcher that finds the trigger listens and
+wakes as soon as a message is committed; it asks for wake-ups (takes the lock) only when it is about to sleep, so
+a watcher whose looks keep finding messages makes no sender notify. On SQLite a committed write changes the
 database's files (the WAL, or the main file): on Linux the watcher is woken by inotify on their directory
 (``file_events``, through the C library) as any process writes them, then looks at the files every
 ``HOT_CHECK_INTERVAL`` for a while (the commit is visible once the WAL index's header changes, a little after the
@@ -187,8 +188,9 @@ class Wakeups:
 
     # -- setup -----------------------------------------------------------------------------------
     def start(self) -> bool:
-        """Listen when the queue has its wake-up trigger (call before the first poll, so no wake-up is missed
-        between that poll and the first wait). Returns whether push is on. Blocks: run it in a thread."""
+        """Listen when the queue has its wake-up trigger (call before the first poll). Listening asks senders for
+        nothing: the first wait asks for wake-ups, then looks once more, so no send between the caller's poll and
+        that wait is missed. Returns whether push is on. Blocks: run it in a thread."""
         self._checked = True
         self._retry_at = None
         if self._want_files and not self._files:
@@ -276,8 +278,12 @@ class Wakeups:
         """Block until it is time to poll again; True when a wake-up for this queue came first.
 
         Returns on the first wake-up (push, or a change of the watched files) or after the back-off pause. With
-        push, the first wait after a wake-up returns True at once: senders notify from then on, and the caller
-        looks once more for a send committed just before (so none waits for the fallback poll).
+        push, a wait that is not asking yet looks at the queue on its listening connection (rows: True at once, the
+        caller is busy again), else asks for wake-ups (waits for the senders' open transactions) and looks once
+        more: rows, and it lets go of the lock and returns True; none, and it waits holding it (every later send
+        notifies) until woken, when it lets go. So the lock is held only while the watcher sleeps. When another
+        watcher holds the lock (or it could not be made sure of), it returns True for one more look of the
+        caller's, and waits at the next call.
         """
         if self._start_due():
             self.start()
