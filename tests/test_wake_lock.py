@@ -364,15 +364,22 @@ def test_many_concurrent_senders_wake_a_watcher_without_a_miss(pg, orders, count
 
 
 def test_wake_ups_that_came_before_the_look_after_re_arming_do_not_start_another_cycle(pg, orders, counter):
-    """Two sends commit one after the other while the watcher waits: two NOTIFYs. The first wakes it; the second,
-    for a commit its look saw, is dropped when it asks for wake-ups again (else it would wake it once more
+    """Two sends notify while the watcher waits: two NOTIFYs. The first wakes it; the second, for a commit its look
+    saw, is dropped when it asks for wake-ups again (else it would wake it once more
     for nothing, and each extra cycle makes more senders notify)."""
     t, q = orders
+    oid = pg.sql(f"SELECT to_regclass('\"{pg.schema}\".\"orders\"')::oid::integer")[0][0]
     with watching(t, q, poll_interval=0.2, max_poll_interval=0.2) as wakeups:
         waiting = Waiting(wakeups).armed()
-        with psycopg.connect(PG_URL, autocommit=True) as sender:
-            _insert(pg, sender, b"first")
+        with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL) as blocker, \
+                psycopg.connect(PG_URL, autocommit=True) as sender:
+            # two NOTIFYs for one wake cycle, whichever the watcher reads first: the first send takes the notifier
+            # lock, the second cannot be sure of it (the covered lock is taken, as by a re-arming watcher)
+            _insert(pg, first, b"first")
+            blocker.execute("SELECT pg_advisory_xact_lock(1644256950, %s)", (oid,))
             _insert(pg, sender, b"second")
+            blocker.rollback()
+            first.commit()
         assert counter.count() == 2
         assert waiting.result() is True and wakeups.woken == 1
         assert sorted(m.body for m in t.receive(q, 10)) == [b"first", b"second"]  # the look after the wake-up
