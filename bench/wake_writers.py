@@ -98,6 +98,7 @@ class Watcher:
         self.transport, self.queue, self.poll_rate = transport, queue, poll_rate
         self.stop = False
         self.receives = 0
+        self.waits = 0
         self.cpu = 0.0
         self.wakeups = transport.wakeups(queue, poll_interval=0.5)
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -113,6 +114,7 @@ class Watcher:
             if found:
                 continue
             if self.poll_rate is None:
+                self.waits += 1
                 self.wakeups.wait(found=False)
             elif (pause := began + self.receives / self.poll_rate - time.monotonic()) > 0:
                 time.sleep(pause)
@@ -180,6 +182,10 @@ def throughput(args: argparse.Namespace, transport: Any, admin: Any, listener: A
                     if setup == "wake lock, watcher":
                         poll_rate = max(stats[1], 1.0)
                     notes = f"  ({stats[0]:.0f} NOTIFY/s, {stats[1]:.0f} receives/s, watcher CPU {stats[2]:.0%})"
+                    if "polling" not in setup:
+                        w = watcher.wakeups
+                        notes += (f" [waits/s {watcher.waits / elapsed:.0f}, armings/s {w.covers / elapsed:.0f}, "
+                                  f"woken/s {w.woken / elapsed:.0f}]")
                 print(f"  {writers:>2} writers, {setup:<24} round {round_no + 1}: {sent / args.seconds:8.0f} msg/s"
                       + notes, flush=True)
         out[writers] = {"rates": rates, "extra": extra}

@@ -1,12 +1,13 @@
 """Waiting for the next message on a queue: push wake-ups on PostgreSQL, file watching on SQLite, polling elsewhere.
 
-On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or
-``enable_notifications``) that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints
-included: what they write is unchanged), but only while a watcher waits: a waiting watcher holds the queue's
-wake-up lock on its listening connection, and releases it when woken (a busy watcher costs senders nothing; see
-``create_wake_function`` in ``postgres.sql`` for why no send is missed; while one sender's notification is in
-flight the others rely on it, so one transaction per queue at a time takes the global notify lock). A watcher that
-finds the trigger listens and wakes as soon as a message is committed. On SQLite a committed write changes the
+On PostgreSQL a queue can carry an opt-in trigger (``create_queue(..., notify=True)`` or ``enable_notifications``)
+that sends ``NOTIFY sqlqueue`` at commit, whoever the sender is (.NET endpoints included: what they write is
+unchanged), but only while a watcher waits: a waiting watcher holds the queue's wake-up lock on its listening
+connection, and releases it when woken (a busy watcher costs senders nothing; see ``create_wake_function`` in
+``postgres.sql`` for why no send is missed; while one sender's notification is in flight the others rely on it, so
+one transaction per queue at a time takes the global notify lock). A watcher that finds the trigger listens and
+wakes as soon as a message is committed; it asks for wake-ups (takes the lock) only when it is about to sleep, so
+a watcher whose looks keep finding messages makes no sender notify. On SQLite a committed write changes the
 database's files (the WAL, or the main file): on Linux the watcher is woken by inotify on their directory
 (``file_events``, through the C library) as any process writes them, then looks at the files every
 ``HOT_CHECK_INTERVAL`` for a while (the commit is visible once the WAL index's header changes, a little after the
@@ -187,8 +188,9 @@ class Wakeups:
 
     # -- setup -----------------------------------------------------------------------------------
     def start(self) -> bool:
-        """Listen when the queue has its wake-up trigger (call before the first poll, so no wake-up is missed
-        between that poll and the first wait). Returns whether push is on. Blocks: run it in a thread."""
+        """Listen when the queue has its wake-up trigger (call before the first poll). Listening asks senders for
+        nothing: the first wait asks for wake-ups, then looks once more, so no send between the caller's poll and
+        that wait is missed. Returns whether push is on. Blocks: run it in a thread."""
         self._checked = True
         self._retry_at = None
         if self._want_files and not self._files:
@@ -203,10 +205,10 @@ class Wakeups:
                 return False
             connection = self.session.dedicated()
             try:
+                # Listening only: senders notify once the first wait asks for wake-ups (and looks after asking).
+                # Asking here would keep every sender notifying for as long as the caller's looks find messages,
+                # which under a steady stream is until the next empty look (it never reaches wait to let go).
                 self.dialect.listen(connection)
-                # before the caller's first look: senders notify from now on
-                self._covered = self.dialect.hold_wakeups(connection, address) or "none"
-                self.covers += 1
             except Exception:
                 close_quietly(connection)
                 raise
@@ -276,8 +278,12 @@ class Wakeups:
         """Block until it is time to poll again; True when a wake-up for this queue came first.
 
         Returns on the first wake-up (push, or a change of the watched files) or after the back-off pause. With
-        push, the first wait after a wake-up returns True at once: senders notify from then on, and the caller
-        looks once more for a send committed just before (so none waits for the fallback poll).
+        push, a wait that is not asking yet looks at the queue on its listening connection (rows: True at once, the
+        caller is busy again), else asks for wake-ups (waits for the senders' open transactions) and looks once
+        more: rows, and it lets go of the lock and returns True; none, and it waits holding it (every later send
+        notifies) until woken, when it lets go. So the lock is held only while the watcher sleeps. When another
+        watcher holds the lock (or it could not be made sure of), it returns True for one more look of the
+        caller's, and waits at the next call.
         """
         if self._start_due():
             self.start()
@@ -319,17 +325,22 @@ class Wakeups:
                 # one more wake cycle (and, while it is armed, more senders would notify).
                 while self.dialect.notifications(listener, 0):
                     pass
-                if self._covered == "held" and self._peeked < MAX_PEEKED and self.dialect.queue_has_rows(
-                        listener, self.queue.address):
+                if self._covered != "held" or self._peeked >= MAX_PEEKED:
+                    self._peeked = 0
+                    # Senders notify from now on; a send committed since the caller's last look did not: look again.
+                    return True
+                if self.dialect.queue_has_rows(listener, self.queue.address):
                     # Messages came meanwhile: the caller is busy again at once. Held, the lock would keep every
                     # sender notifying for as long as it works (it calls wait again only once the queue is empty).
                     self.dialect.release_wakeups(listener, self.queue.address)
                     self._covered = None
                     self._peeked += 1  # a bound, should its looks keep finding none of them: then keep the lock
                     return True
+                # Held, and the look after asking found nothing: every send committed before it is in that look, every
+                # later one notifies. Wait now: returning for one more look of the caller's would leave the lock held
+                # while it works should that look find a send of the instant between (under a steady stream, every
+                # sender would notify, one transaction after another, until its next empty look).
                 self._peeked = 0
-                # Senders notify from now on; a send committed since the caller's last look did not: look again.
-                return True
             pause = self.next_pause(found)
             deadline = time.monotonic() + pause
             while (left := deadline - time.monotonic()) > 0 and self._listener is listener:
