@@ -91,20 +91,14 @@ class RetryPolicy:
 
 
 class LocalWrites:
-    """Write transactions of this process that ended on a single-writer database (SQLite), counted so that a
-    watcher in the same process wakes at once instead of at its next look at the database's files."""
+    """Write transactions of this process that ended on a single-writer database (SQLite), counted (by
+    ``WriterGate.leave``) so that a watcher in the same process wakes at once instead of at its next look at the
+    database's files."""
 
     def __init__(self) -> None:
         self._ended = threading.Condition()
         self.count = 0
         self._waiting = 0  # watchers in ``wait``: with none, a write's end takes no lock
-
-    def ended(self) -> None:
-        # The count first, then the look for waiters: a watcher that registers after that look finds the new
-        # count under the lock before it sleeps (the GIL orders the two threads' steps), so no wake-up is lost.
-        self.count += 1
-        if self._waiting:
-            self.notify()
 
     def notify(self) -> None:
         """Wake the watchers waiting in ``wait`` (after ``count`` moved)."""
@@ -161,7 +155,10 @@ class WriterGate:
     def leave(self) -> None:
         self._holder = None
         self._lock.release()
-        writes = LOCAL_WRITES  # LocalWrites.ended, without the call
+        # A write ended: the count first, then the look for waiters (LocalWrites): a watcher that registers after
+        # that look finds the new count under its lock before it sleeps (the GIL orders the two threads' steps),
+        # so no wake-up is lost.
+        writes = LOCAL_WRITES
         writes.count += 1
         if writes._waiting:
             writes.notify()
