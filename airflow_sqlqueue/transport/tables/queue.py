@@ -138,10 +138,8 @@ class TableQueue:
         """Delete up to ``count`` of the oldest rows no other receiver holds (only positions ``within`` the range,
         when given; only past position ``after``, when given: ``dialect.bounded_receives``) and return them."""
         if within is None:
-            if after is None:  # the common receive: its runner without the look-up by name
-                name = self._receive_one if count == 1 else "receive_batch"
-                rows = (self._runners.get(name) or self._runner(name))(cursor, {"batch_size": count}).fetchall()
-                return rows if len(rows) < 2 else _in_order(rows)
+            if after is None:
+                return self._rows(cursor, self._receive_one if count == 1 else "receive_batch", {"batch_size": count})
             return self._rows(cursor, "receive_after", {"batch_size": count, "after_seq": after})
         first = within.first if after is None else max(within.first, after + 1)
         last = MAX_SEQ if within.last is None else within.last
