@@ -87,6 +87,23 @@ def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[
     assert "ratio to plain round by round" in out and "| wake lock, watcher | 1 |" in out, out
 
 
+def test_trigger_cost_bench_times_every_trigger_and_leaves_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m bench.trigger_cost``: a row per trigger set-up, each INSERT committed; its schema is dropped."""
+    if _PG_SKIP is not None:
+        pytest.skip(str(_PG_SKIP))
+    import psycopg
+
+    from bench.trigger_cost import SETUPS
+    from bench.trigger_cost import main as cost_main
+
+    cost_main(["--rounds", "2", "--inserts", "20", "--pg-url", PG_URL])
+    out = capsys.readouterr().out
+    assert all(f"\n{setup} | " in out for setup in SETUPS), out
+    with psycopg.connect(PG_URL) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench_trigger_%'").fetchone()
+    assert left == (0,)
+
+
 def test_wake_writers_statistics() -> None:
     """The round-by-round ratios: a seeded bootstrap interval around the median, one-sided sign-test p-values."""
     from bench.wake_writers import bootstrap_median, paired_ratios, sign_test

@@ -160,9 +160,10 @@ class SqlQueueTransport:
         return ddl_script(self.dialect, queues, delayed=delayed, notify=notify)
 
     def enable_notifications(self, queue: str | QueueAddress) -> None:
-        """Install the queue's wake-up trigger (PostgreSQL only; idempotent): one ``NOTIFY sqlqueue`` per
-        statement that inserts into the queue, so watchers (the sensor, the event trigger) wake at once instead
-        of at their next poll. Senders, .NET ones included, write exactly what they wrote before."""
+        """Install the queue's wake-up trigger (PostgreSQL only; idempotent): run once per statement that inserts
+        into the queue, it sends ``NOTIFY sqlqueue`` only while a watcher waits (one notifying transaction per
+        queue at a time), so watchers (the sensor, the event trigger) wake at once instead of at their next poll.
+        Senders, .NET ones included, write exactly what they wrote before."""
         address = self.address(queue)
         self._check_notify(True)
 
