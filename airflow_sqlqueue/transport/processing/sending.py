@@ -82,7 +82,7 @@ class Outbox:
             else:
                 ttbr_ms, delay_ms = message.timing_ms()
             message_id = next_id()
-            hex_id = "%032x" % message_id.int  # str(message_id), inline (printf-style: no format-spec parser)
+            hex_id = "%032x" % message_id.int  # noqa: UP031 - str(message_id) inline; no format-spec parser
             id_text = f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
             own = message.headers
             if writer is None or not (type(own) is dict or isinstance(own, Mapping)):

@@ -210,7 +210,7 @@ def format_wire_time(moment: datetime | None = None) -> str:
         if at != minute:
             prefix = _format_minute(datetime.fromtimestamp(minute * 60, timezone.utc))
             _minute_prefix = (minute, prefix)
-        return "%s%02d:%06d Z" % (prefix, second, fraction)  # printf-style: no format-spec parser a send
+        return "%s%02d:%06d Z" % (prefix, second, fraction)  # noqa: UP031 - no format-spec parser a send
     moment = moment.astimezone(timezone.utc)
     return f"{_format_minute(moment)}{moment.second:02d}:{moment.microsecond:06d} Z"
 
