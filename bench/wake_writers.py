@@ -48,7 +48,7 @@ import time
 import uuid
 from typing import Any
 
-from .databases import DEFAULT_PG_URL
+from .databases import DEFAULT_PG_URL, checkpoint
 
 SETUPS = ("plain", "empty trigger", "plain, polling watcher", "empty trigger, polling watcher",
           "wake lock, polling watcher", "wake lock", "wake lock, watcher", "uncoalesced, watcher",
@@ -136,17 +136,6 @@ class Watcher:
         self.wakeups.close()
 
 
-def settle(admin: Any) -> None:
-    """Before a set-up's window: write out what the set-up before it left dirty (a checkpoint), so that no round
-    pays for another's writes. (Autovacuum is off on the bench's tables: they are emptied every round.)"""
-    import psycopg
-
-    try:
-        admin.execute("CHECKPOINT")
-    except psycopg.errors.InsufficientPrivilege:
-        pass  # a user without pg_checkpoint: the run goes on without it
-
-
 def count_notifies(listener: Any, queue: str) -> int:
     """Wake-ups for ``queue`` (``"schema"."table"``) delivered to a bare LISTEN connection since the last count."""
     listener.execute("SELECT 1")
@@ -173,7 +162,7 @@ def throughput(args: argparse.Namespace, transport: Any, admin: Any, listener: A
             order = list(args.setups) if round_no % 2 == 0 else list(reversed(args.setups))
             for setup in order:
                 admin.execute(f"TRUNCATE {queues[setup]}")
-                settle(admin)
+                checkpoint(admin)  # no set-up pays for the writes of the one before it
                 count_notifies(listener, queues[setup])
                 for _ in procs:
                     commands.put((queues[setup], args.seconds))
