@@ -3,12 +3,13 @@
 ``python -m bench.trigger_cost [--rounds 12] [--inserts 10000] [--pg-url URL]``
 
 One backend runs ``--inserts`` one-row INSERTs in a ``DO`` block, each committed on its own (``COMMIT`` in the
-loop, ``synchronous_commit = off`` so that the WAL flush does not hide the CPU), into each of five queues made by
+loop, ``synchronous_commit = off`` so that the WAL flush does not hide the CPU), into each of six queues made by
 the provider, taking turns round by round (order reversed every other round): no trigger; the wake-up trigger as
 installed (``AFTER INSERT ... FOR EACH STATEMENT``, nobody waiting: a shared take of the wake-up lock); the same
-function fired ``BEFORE INSERT``; an empty plpgsql trigger, ``AFTER`` and ``BEFORE`` (what calling a plpgsql
-trigger costs). Reported: microseconds per INSERT and commit (median of the rounds) and, round by round,
-each set-up minus no trigger (median): the trigger's own cost a send, in server time.
+function fired ``BEFORE INSERT``; the same with the lock's test in the trigger's ``WHEN`` clause (no plpgsql call
+while nobody waits); an empty plpgsql trigger, ``AFTER`` and ``BEFORE`` (what calling a plpgsql trigger costs).
+Reported: microseconds per INSERT and commit (median of the rounds) and, round by round, each set-up minus no
+trigger (median): the trigger's own cost a send, in server time.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import uuid
 
 from .databases import DEFAULT_PG_URL
 
-#: set-up: (table, the trigger's timing and function, or None for the queue as the provider makes it)
-SETUPS = {"no trigger": ("plain", None), "wake-up trigger, AFTER": ("after", ("AFTER", "sqlqueue_wake")),
-          "wake-up trigger, BEFORE": ("before", ("BEFORE", "sqlqueue_wake")),
-          "wake-up lock in WHEN, AFTER": ("when_after", ("AFTER", "sqlqueue_wake")),
-          "empty trigger, AFTER": ("empty_after", ("AFTER", "empty_wake")),
-          "empty trigger, BEFORE": ("empty_before", ("BEFORE", "empty_wake"))}
+#: set-up: (table, (timing, function, with the wake-up lock's test in a WHEN clause) or None: no trigger)
+SETUPS = {"no trigger": ("plain", None), "wake-up trigger, AFTER": ("after", ("AFTER", "sqlqueue_wake", False)),
+          "wake-up trigger, BEFORE": ("before", ("BEFORE", "sqlqueue_wake", False)),
+          "wake-up lock in WHEN, AFTER": ("when_after", ("AFTER", "sqlqueue_wake", True)),
+          "empty trigger, AFTER": ("empty_after", ("AFTER", "empty_wake", False)),
+          "empty trigger, BEFORE": ("empty_before", ("BEFORE", "empty_wake", False))}
+#: The wake-up lock's key (``create_wake_function`` in the PostgreSQL ``.sql``), for the WHEN set-up.
+WAKE_LOCK_KEY = 1644256948
 LOOP = '''DO $$ BEGIN FOR i IN 1..{n} LOOP
 INSERT INTO "{schema}"."{table}" (id, headers, body) VALUES (gen_random_uuid(), '{{}}', '\\x7b7d'); COMMIT;
 END LOOP; END $$'''
@@ -56,11 +59,12 @@ def main(argv: list[str] | None = None) -> None:
                          'AS $f$ BEGIN RETURN NULL; END $f$')
             for table, trigger in SETUPS.values():
                 if trigger:
+                    timing, function, in_when = trigger
                     conn.execute(f'DROP TRIGGER IF EXISTS "{table}_notify" ON "{schema}"."{table}"')
-                    when = (f"WHEN (NOT pg_try_advisory_xact_lock_shared(1644256948, "
-                            f"'\"{schema}\".\"{table}\"'::regclass::oid::integer))" if table.startswith("when") else "")
-                    conn.execute(f'CREATE TRIGGER "{table}_notify" {trigger[0]} INSERT ON "{schema}"."{table}" '
-                                 f'FOR EACH STATEMENT {when} EXECUTE FUNCTION "{schema}".{trigger[1]}()')
+                    when = (f"WHEN (NOT pg_try_advisory_xact_lock_shared({WAKE_LOCK_KEY}, "
+                            f"'\"{schema}\".\"{table}\"'::regclass::oid::integer))" if in_when else "")
+                    conn.execute(f'CREATE TRIGGER "{table}_notify" {timing} INSERT ON "{schema}"."{table}" '
+                                 f'FOR EACH STATEMENT {when} EXECUTE FUNCTION "{schema}".{function}()')
             conn.execute("SET synchronous_commit = off")
             per_insert: dict[str, list[float]] = {setup: [] for setup in SETUPS}
             for round_no in range(args.rounds):
