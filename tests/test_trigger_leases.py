@@ -112,7 +112,7 @@ def test_a_live_owner_keeps_its_lease(lite: Db) -> None:
 
 TWO_TRIGGERERS = textwrap.dedent("""
     import tests.airflow_env
-    import asyncio, sys
+    import asyncio, faulthandler, sys
     from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
     from airflow_sqlqueue.transport.processing import lease
     from airflow_sqlqueue.triggers import sqlqueue
@@ -120,6 +120,7 @@ TWO_TRIGGERERS = textwrap.dedent("""
 
     # leases shorter than the time an event waits to be stored: only renewal keeps them
     lease.LEASE_SECONDS, sqlqueue.RENEW_EVERY, sqlqueue.RECOVER_EVERY = 1.0, 0.2, 0.0
+    faulthandler.dump_traceback_later(100, exit=True)  # a child stuck this long shows where (stderr), then ends
 
     async def main():
         producer = SqlQueueStreamProducer(conn_id=sys.argv[1], queue_name=sys.argv[2], error_queue=sys.argv[3],

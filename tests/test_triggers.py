@@ -17,6 +17,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome, SharedStreamManager
 
 from airflow_sqlqueue.transport import OutgoingMessage
+from airflow_sqlqueue.triggers import sqlqueue
 from airflow_sqlqueue.triggers.sqlqueue import (
     SqlQueueMessageTrigger,
     SqlQueueStreamProducer,
@@ -463,6 +466,52 @@ CRASHING_PRODUCER = textwrap.dedent("""
 
     asyncio.run(main())
 """)
+
+
+def test_a_trigger_cancelled_while_it_claims_leaves_nothing_claimed(queues: Db,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The triggerer cancels a trigger (its DAG paused or deleted) while the claim's thread is still at work (it
+    waited for a lock, then reads its rows): the cancellation ends only once that claim is undone, so no
+    transaction of it holds the rows (PostgreSQL) or the write lock (SQLite) and every message is there for the
+    next claim, whatever still refers to the claim."""
+    sent = send(queues, 2)
+    producer = producer_for(queues, airflow_conn(queues, monkeypatch))
+    opening, go, opened = threading.Event(), threading.Event(), threading.Event()
+    batch = sqlqueue.LeasedBatch if queues.kind == "sqlite" else sqlqueue.ClaimedBatch
+    real_open = batch.open
+
+    def slow_open(self: Any, batch_size: int) -> None:
+        opening.set()
+        go.wait(10)  # the thread is still busy when the cancellation comes (as when it waits for a lock)
+        real_open(self, batch_size)
+        opened.set()
+        time.sleep(1.0)  # and busy a while after it locked the rows
+
+    monkeypatch.setattr(batch, "open", slow_open)
+
+    def claimable() -> list[str]:
+        if queues.kind == "sqlite":
+            from tests.test_trigger_leases import write_lock_free
+            assert write_lock_free(queues), "a claim of the cancelled trigger holds the write lock"
+        with queues.transport.claim(queues.q("orders"), 10) as claim:
+            ids = [str(m.native_id) for m in claim.messages]
+            claim.abandon()
+        return ids
+
+    async def scenario() -> None:
+        stream = producer.open_stream()
+        task = asyncio.ensure_future(anext(stream))
+        assert await asyncio.to_thread(opening.wait, 10)
+        threading.Timer(0.3, go.set).start()  # the claim opens after the cancellation came
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await asyncio.to_thread(opened.wait, 10)
+        assert await asyncio.to_thread(claimable) == sent, "rows are locked by the cancelled trigger's claim"
+        await producer.aclose()
+
+    run(scenario())
+    assert pending(queues, "orders") == 2
 
 
 def test_rows_claimed_by_a_dead_triggerer_return(queues: Db, monkeypatch: pytest.MonkeyPatch) -> None:

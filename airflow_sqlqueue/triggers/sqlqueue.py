@@ -24,6 +24,7 @@ from airflow_sqlqueue import metrics
 from airflow_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_sqlqueue.transport import Claim, QueueAddress, ReceivedMessage, SqlQueueError, SqlQueueTransport
 from airflow_sqlqueue.transport.common.redaction import describe
+from airflow_sqlqueue.transport.common.threads import finish_in_thread
 from airflow_sqlqueue.transport.common.validation import check_count, is_number
 from airflow_sqlqueue.transport.operations.wakeups import Wakeups
 from airflow_sqlqueue.transport.processing.lease import RECOVER_EVERY, RENEW_EVERY, Leases
@@ -70,7 +71,7 @@ def _is_transient(transport: SqlQueueTransport, exc: BaseException) -> bool:
 
 async def _close(transport: SqlQueueTransport | None) -> None:
     if transport is not None:
-        await asyncio.to_thread(transport.close)
+        await finish_in_thread(transport.close)
 
 
 # -- depth trigger -----------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class SqlQueueTrigger(BaseTrigger):
         try:
             transport, connection = await get_transport(self.conn_id)
             wakeups = transport.wakeups(self.queue, self.poll_interval, self.max_poll_interval)
-            await asyncio.to_thread(wakeups.start)
+            await finish_in_thread(wakeups.start)
             self.log.info("queue %s: this trigger is %s", self.queue, wakeups.describe())
             failures = 0
             while True:
@@ -142,7 +143,7 @@ class SqlQueueTrigger(BaseTrigger):
             yield TriggerEvent({"status": "error", "queue": self.queue, "message": message})
         finally:
             if wakeups is not None:
-                await asyncio.to_thread(wakeups.close)
+                await finish_in_thread(wakeups.close)
             await _close(transport)
 
 
@@ -363,7 +364,8 @@ class ClaimedBatch:
     """The trigger's view of a core ``Claim``: up to N of the oldest rows of one queue, locked (not deleted) in one
     open transaction, emitted as one event and settled together by the outcome Airflow reports for it.
 
-    Every method is blocking: call it through ``asyncio.to_thread``.
+    Every method is blocking: call it through ``finish_in_thread`` (a cancelled caller's clean-up then sees the
+    claim its thread opened).
     """
 
     def __init__(self, transport: SqlQueueTransport, address: QueueAddress) -> None:
@@ -580,7 +582,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         self.transport, self._connection = await get_transport(self.conn_id, error_queue=self.error_queue)
         address = self.transport.address(self.queue_name)
         name = self.transport.name(address)
-        await asyncio.to_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
+        await finish_in_thread(self.check_startup, name)  # refuse a lossy configuration before claiming
         loop = asyncio.get_running_loop()
         failures = 0
         most_in_flight = MAX_EVENTS_IN_FLIGHT - 1
@@ -590,10 +592,10 @@ class SqlQueueStreamProducer(SharedStreamProducer):
         recovered_at = float("-inf")
         busy = False  # the last claim found rows
         if leases is not None:
-            await asyncio.to_thread(leases.create)
+            await finish_in_thread(leases.create)
             renewing = asyncio.create_task(self._renew(leases, name))
         wakeups = self.transport.wakeups(address, self.poll_interval, self.max_poll_interval)
-        await asyncio.to_thread(wakeups.start)  # before the first claim: no send is missed in between
+        await finish_in_thread(wakeups.start)  # before the first claim: no send is missed in between
         log.info("queue %s: this trigger is %s", name, wakeups.describe())
         try:
             while not self._closing:
@@ -617,7 +619,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                     claim = ClaimedBatch(self.transport, address)
                 self._opening = claim
                 try:
-                    await asyncio.to_thread(claim.open, self.batch_size)
+                    await finish_in_thread(claim.open, self.batch_size)
                     failures = 0
                     busy = claim.locked > 0
                 except Exception as exc:
@@ -628,12 +630,12 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 if self.filter and claim.messages:
                     refused = [(m, r) for m in claim.messages if (r := self.filter.refusal(m)) is not None]
                     if refused:
-                        await asyncio.to_thread(claim.refuse, refused)
+                        await finish_in_thread(claim.refuse, refused)
                         log.info("queue %s: %d messages refused by the filter, moved to %s", name, len(refused),
                                  self.error_queue)
                         metrics.incr("trigger_refused", self.conn_id, name, len(refused))
                 if not claim.messages:
-                    await asyncio.to_thread(claim.commit)  # keeps the drops of expired and poison rows
+                    await finish_in_thread(claim.commit)  # keeps the drops of expired and poison rows
                     self._opening = None
                     if self._sweep_owed and not self._in_flight and loop.time() >= self._last_event + \
                             self.event_interval:
@@ -655,12 +657,12 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                 close_behind = bool(self._in_flight) or loop.time() - self._last_event < self.event_interval
                 items = fit_event(claim.messages, self.max_event_bytes, self.max_body_bytes)
                 if len(items) < len(claim.messages):
-                    await asyncio.to_thread(claim.keep, len(items))
+                    await finish_in_thread(claim.keep, len(items))
                 else:
                     claim.emitted = claim.messages
                 if isinstance(claim, LeasedBatch):
                     try:
-                        await asyncio.to_thread(claim.hold)
+                        await finish_in_thread(claim.hold)
                     except Exception as exc:  # the claim was undone: every row is back in the queue
                         self._opening = None
                         failures += 1
@@ -687,7 +689,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
             await self._abandon_all()
             if leases is not None:
                 leases.close()
-            await asyncio.to_thread(wakeups.close)
+            await finish_in_thread(wakeups.close)
             self._unregister()
 
     async def _retry_after(self, exc: Exception, failures: int, what: str) -> None:
@@ -711,12 +713,23 @@ class SqlQueueStreamProducer(SharedStreamProducer):
                             describe_error(exc))
 
     async def _abandon_all(self) -> None:
+        """Undo every claim not settled yet (their rows return to the queue), each one even when this is
+        cancelled meanwhile (the cancellation is raised after the last)."""
         claims = [c for c in (self._opening, *self._in_flight.values()) if c is not None]
         self._opening = None
         self._in_flight.clear()
+        cancelled: asyncio.CancelledError | None = None
         for claim in claims:
-            await asyncio.to_thread(claim.abandon)
+            try:
+                await finish_in_thread(claim.abandon)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+            except Exception as exc:  # noqa: BLE001 - the next claims are undone all the same
+                log.warning("queue %s: undoing a claim failed (its rows return when its connection or lease ends): "
+                            "%s", self.queue_name, describe_error(exc, self._connection))
         self._settled.set()
+        if cancelled is not None:
+            raise cancelled
 
     def check_startup(self, name: str) -> None:
         """Refuse, before anything is claimed, a configuration that could lose or misroute messages: an error
@@ -764,7 +777,7 @@ class SqlQueueStreamProducer(SharedStreamProducer):
             if claim.sweep:
                 claim.stored = bool(item.outcome.is_clean and not item.outcome.rejected)
             else:
-                await asyncio.to_thread(claim.settle, item.outcome)
+                await finish_in_thread(claim.settle, item.outcome)
             self._in_flight.pop(item.broker_payload, None)
             if not claim.stored:
                 if claim.sweep:  # a sweep that a subscriber failed to store is sent again (none without subscribers)

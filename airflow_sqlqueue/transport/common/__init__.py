@@ -1,5 +1,5 @@
 """Leaves every floor uses: the exception family, checks of user-given numbers, secret redaction, text made
-printable.
+printable, blocking work awaited from an event loop (``threads``).
 
 May import: nothing of the core.
 """

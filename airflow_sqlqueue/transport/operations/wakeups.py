@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from ..common.redaction import first_line
+from ..common.threads import finish_in_thread
 from ..common.validation import check_seconds
 from ..tables.queue import TableQueue
 from ..tables.session import LOCAL_WRITES, Session, close_quietly
@@ -365,7 +366,7 @@ class Wakeups:
     async def wait_async(self, found: bool) -> bool:
         """``wait`` for an event loop: sleeps on the loop while polling, waits in a thread while listening."""
         if self._start_due():
-            await asyncio.to_thread(self.start)
+            await finish_in_thread(self.start)  # a listener it opens is seen by close()
         if self._listener is not None:
             return await asyncio.to_thread(self.wait, found)
         pause = self.next_pause(found)
