@@ -375,6 +375,67 @@ def test_inotify_reports_writes_to_the_database_files_only(tmp_path):
         conn.close()
 
 
+def test_a_cancelled_async_file_wait_is_always_cancelled(tmp_path):
+    """Cancelling a watcher's wait on the database's files (the triggerer cancels the trigger) ends it with the
+    cancellation even when a write ended the wait at that very moment: a wait that returned its result instead
+    would leave the cancelled trigger watching forever (``asyncio.wait_for`` did that before Python 3.12). Many
+    cancellations at random points while another thread writes all the time."""
+    import asyncio
+    import random
+    import sqlite3
+    import sys
+
+    from airflow_sqlqueue.transport.operations.file_events import open_file_events
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inotify is Linux only (elsewhere the files are stat'ed)")
+    db = tmp_path / "q.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE t (x)")
+    setup.close()
+    writing = threading.Event()
+    writing.set()
+
+    def write() -> None:
+        conn = sqlite3.connect(db, isolation_level=None)
+        while writing.is_set():
+            conn.execute("INSERT INTO t VALUES (1)")
+        conn.close()
+
+    events = open_file_events(str(db))
+    assert events is not None
+    writer = threading.Thread(target=write)
+    writer.start()
+    chance = random.Random(7)
+
+    async def cancel_many() -> tuple[int, int]:
+        cancelled = returned = 0
+        for _ in range(3000):
+            task = asyncio.ensure_future(events.wait_async(5))
+            for _ in range(chance.randint(0, 6)):
+                await asyncio.sleep(0)
+            if not task.cancel():  # it ended before the cancellation: nothing to test this time
+                await task
+                continue
+            try:
+                await task
+            except asyncio.CancelledError:
+                cancelled += 1
+            else:
+                returned += 1
+        return cancelled, returned
+
+    try:
+        cancelled, returned = asyncio.run(cancel_many())
+    finally:
+        writing.clear()
+        writer.join()
+        events.close()
+    assert cancelled > 1000  # most cancellations met a wait in progress
+    assert returned == 0, f"{returned} cancelled waits returned a result instead of being cancelled"
+
+
 def test_a_sqlite_watcher_of_another_process_is_woken_by_inotify_and_finds_the_row(lite):
     """With inotify the blocking wait ends on the other process's write (not at a stat), and the looks that follow
     find the row: the wake-up may come before the commit is visible, so the files are looked at again (the WAL

@@ -119,7 +119,9 @@ class FileEvents:
                     return self._read(fd)
 
     async def wait_async(self, timeout: float) -> bool:
-        """``wait`` on the event loop (a reader on the descriptor, no thread)."""
+        """``wait`` on the event loop (a reader on the descriptor and a timer, no thread). A cancellation always
+        ends it (``asyncio.wait_for`` before Python 3.12 returns the result instead when the wait it cancels has
+        just ended: a cancelled trigger would go on watching)."""
         with self.using() as fd:
             if fd is None:
                 return False
@@ -133,11 +135,11 @@ class FileEvents:
                     return False
                 ready = asyncio.Event()
                 loop.add_reader(fd, ready.set)
+                timer = loop.call_later(left, ready.set)
                 try:
-                    await asyncio.wait_for(ready.wait(), left)
-                except asyncio.TimeoutError:
-                    return self._read(fd)
+                    await ready.wait()
                 finally:
+                    timer.cancel()
                     loop.remove_reader(fd)
 
     @property
