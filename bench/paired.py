@@ -1,7 +1,11 @@
-"""Paired batches: the provider's batch and the loop by hand, alternated one batch at a time on one table.
+"""Paired batches: the provider's batch and the loop by hand, alternated one batch at a time, each on its own table.
 
 A whole run per contestant (``python -m bench``) carries the drift of a shared machine between the runs; here the
-two take turns batch by batch on the same table, so what differs is their own work. Reported per message: wall
+two take turns batch by batch in one process on one database, so what differs is their own work. Each has its own
+queue table of the same shape (made by the provider; a backlog split in two halves): on one shared table, strict
+turns make the same contestant pay for every page SQLite fills or splits, and which one pays depends on the parity
+of the writes before the first turn (one warm-up send moved the SQLite one-message send from 0.89x to 0.98x, same
+code); ``--one-table`` runs the old shared-table pairing to show it. Reported per message: wall
 time, the client's CPU time (``time.thread_time``: the driver and Python, not the server), and the ratio (total
 wall of the baseline over the provider's); beside it the median of the ratios of each pair of turns (a stall of
 the shared machine falls on one turn: it moves the total, not the median) and the ratio of client CPU (what the
@@ -12,8 +16,8 @@ wall ratio tends to on a slower CPU: ``python -m bench.slow_cpu`` runs this on o
     .venv/bin/python -m bench.paired --case drain --dialect sqlite --messages 40000
 
 ``send`` pairs ``transport.send(q, m)`` (``--batch 1``) or ``transport.send_many(q, batch)`` with the send
-baseline (one autocommit INSERT; a batch in one statement) into one empty queue; ``receive`` pairs
-``transport.receive(q, batch)`` with the receive baseline (one autocommit DELETE ... RETURNING) on one backlog;
+baseline (one autocommit INSERT; a batch in one statement) into empty queues; ``receive`` pairs
+``transport.receive(q, batch)`` with the receive baseline (one autocommit DELETE ... RETURNING) on backlogs;
 ``drain`` pairs one batch of the handler pump (no-op handler, the operator's default mode) with the drain
 baseline's DELETE ... RETURNING, handle, commit (batches of 100, the operator's default). One sender or receiver:
 concurrency is what ``python -m bench`` measures.
@@ -59,16 +63,16 @@ class Tally:
 Pair = tuple[Callable[[], int], Callable[[], int]]
 
 
-def send_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+def send_pair(db: BenchDb, transport: Any, queues: tuple[str, str], batch: int, messages: int,
               opened: list[Any]) -> Pair:
     """The provider's send (one message) or send_many, and the send baseline's; each sends half of ``messages``
     (then returns 0)."""
-    address = db.address(queue)
+    address = db.address(queues[0])
     conn = db.connect(autocommit=True)
     opened.append(conn)
     ready = outgoing(messages // 2)
     left = {"provider": messages // 2, "baseline": messages // 2}
-    send = baseline_sender(db, conn, queue, batch)
+    send = baseline_sender(db, conn, queues[1], batch)
 
     def provider() -> int:
         n = min(batch, left["provider"])
@@ -90,10 +94,10 @@ def send_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int
     return provider, baseline
 
 
-def receive_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+def receive_pair(db: BenchDb, transport: Any, queues: tuple[str, str], batch: int, messages: int,
                  opened: list[Any]) -> Pair:
     """The provider's receive (its list held until the next, as a caller holds it) and the receive baseline's."""
-    address = db.address(queue)
+    address = db.address(queues[0])
     held: list[Any] = []
 
     def provider() -> int:
@@ -101,15 +105,15 @@ def receive_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: 
         return len(held)
 
     opened.append(db.connect(autocommit=True))
-    return provider, baseline_receive_batch(db, queue, opened[-1], batch)
+    return provider, baseline_receive_batch(db, queues[1], opened[-1], batch)
 
 
-def drain_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: int,
+def drain_pair(db: BenchDb, transport: Any, queues: tuple[str, str], batch: int, messages: int,
                opened: list[Any]) -> Pair:
     """One batch of the handler pump and one of the drain baseline (always batches of ``BATCH``)."""
     from airflow_sqlqueue.transport.processing.summaries import ProcessSummary
 
-    pump = transport.pump(db.address(queue), noop, batch_size=BATCH)
+    pump = transport.pump(db.address(queues[0]), noop, batch_size=BATCH)
 
     def provider() -> int:
         part = ProcessSummary()
@@ -117,27 +121,31 @@ def drain_pair(db: BenchDb, transport: Any, queue: str, batch: int, messages: in
         return part.deliveries
 
     opened.append(db.connect())
-    return provider, baseline_batch(db, queue, opened[-1])
+    return provider, baseline_batch(db, queues[1], opened[-1])
 
 
 PAIRS = {"send": send_pair, "receive": receive_pair, "drain": drain_pair}
 
 
-def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH) -> dict[str, Any]:
-    """Fill one backlog (not for ``send``), take turns in batches until one finds nothing left, return the
-    figures."""
+def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
+        one_table: bool = False) -> dict[str, Any]:
+    """Fill the backlogs (not for ``send``: half of ``messages`` in each contestant's table, or all of it in the
+    one shared table), take turns in batches until one finds nothing left, return the figures."""
     db = BenchDb.open(dialect, pg_url)
-    queue = f"bench_paired_{case}"
+    base = f"bench_paired_{case}"
+    queues = (base, base) if one_table else (f"{base}_provider", f"{base}_baseline")
+    tables = sorted(set(queues))
     if case == "drain":
         batch = BATCH
     opened: list[Any] = []
     try:
         with db.transport() as transport:
-            db.reset(queue)
-            if case != "send":
-                db.fill(queue, messages)
+            for queue in tables:
+                db.reset(queue)
+                if case != "send":
+                    db.fill(queue, messages // len(tables))
             db.settle()
-            provider, baseline = PAIRS[case](db, transport, queue, batch, messages, opened)
+            provider, baseline = PAIRS[case](db, transport, queues, batch, messages, opened)
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0
@@ -153,21 +161,32 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH)
                 else:
                     provider_turn = tally.wall - before
                 turn += 1
-        [(left,)] = db.execute("count", queue)
-        expected = sum(t.messages for t in tallies.values()) if case == "send" else 0
-        if left != expected or (case != "send" and sum(t.messages for t in tallies.values()) != messages):
-            raise AssertionError(f"{case}: {left} rows left in the queue, {expected} expected; "
-                                 f"{ {who: t.messages for who, t in tallies.items()} } counted")
+        check_counts(db, case, queues, messages, tallies)
     finally:
         for conn in opened:
             conn.close()
         db.close()
     (p_wall, p_cpu), (b_wall, b_cpu) = tallies["provider"].per_message(), tallies["baseline"].per_message()
-    return {"case": case, "dialect": dialect, "messages": messages, "batch": batch,
+    return {"case": case, "dialect": dialect, "messages": messages, "batch": batch, "one_table": one_table,
             "taken": {who: tally.messages for who, tally in tallies.items()},
             "provider_us": p_wall, "provider_cpu_us": p_cpu, "baseline_us": b_wall, "baseline_cpu_us": b_cpu,
             "ratio": b_wall / p_wall if p_wall else 0.0,
             "pair_median": statistics.median(pairs) if pairs else 0.0, "pairs": len(pairs)}
+
+
+def check_counts(db: BenchDb, case: str, queues: tuple[str, str], messages: int, tallies: dict[str, Tally]) -> None:
+    """Every message was sent (each table holds what its contestants sent) or taken (each backlog, less what was
+    taken from it, is left; a shared one is empty), else AssertionError. Not timed."""
+    counted = {who: t.messages for who, t in tallies.items()}
+    shared = queues[0] == queues[1]
+    holders = {queues[0]: ["provider"]}
+    holders.setdefault(queues[1], []).append("baseline")
+    for queue, whose in holders.items():
+        [(left,)] = db.execute("count", queue)
+        done = sum(counted[who] for who in whose)
+        expected = done if case == "send" else messages // len(holders) - done
+        if left != expected or (case != "send" and shared and done != messages):
+            raise AssertionError(f"{case}: {left} rows left in {queue}, {expected} expected; {counted} counted")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,9 +196,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="messages a call (send, receive; drain: 100)")
     parser.add_argument("--messages", type=int, default=2 * Sizes().messages)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--one-table", action="store_true",
+                        help="both contestants on one shared table (the pairing before 2026-11-28: biased, see above)")
     args = parser.parse_args(argv)
-    r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch)
-    print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {r['batch']}, one client: "
+    r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch, args.one_table)
+    print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {r['batch']}, one client"
+          f"{', one shared table' if r['one_table'] else ''}: "
           f"provider {r['provider_us']:.1f} µs a message (client CPU {r['provider_cpu_us']:.1f}), "
           f"baseline {r['baseline_us']:.1f} (client CPU {r['baseline_cpu_us']:.1f}): {r['ratio']:.2f}x "
           f"(median of {r['pairs']} turn pairs {r['pair_median']:.2f}x; CPU ratio "

@@ -58,15 +58,17 @@ def test_partitioned_drain_bench_counts_every_message(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("case", "batch"), [("send", 1), ("send", 100), ("receive", 1), ("receive", 100),
                                              ("drain", 100)])
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
-def test_paired_batches_take_every_message_between_the_two(case: str, batch: int, dialect: str) -> None:
-    """``python -m bench.paired``: provider and baseline take turns on one table; between them they send (or take)
-    every message once, each half (they alternate batches)."""
+@pytest.mark.parametrize("one_table", [False, True], ids=["own-tables", "one-table"])
+def test_paired_batches_take_every_message_between_the_two(case: str, batch: int, dialect: str,
+                                                            one_table: bool) -> None:
+    """``python -m bench.paired``: provider and baseline take turns, each on its own table (or both on one with
+    ``--one-table``); between them they send (or take) every message once, each half (they alternate batches)."""
     if dialect == "postgres" and _PG_SKIP is not None:
         pytest.skip(str(_PG_SKIP))
     from bench.paired import run
 
     messages = 200 if batch == 1 else 1_000
-    result = run(case, dialect, messages, PG_URL, batch)
+    result = run(case, dialect, messages, PG_URL, batch, one_table)
     assert result["taken"]["provider"] + result["taken"]["baseline"] == messages
     assert result["taken"]["provider"] == messages // 2 and result["taken"]["baseline"] == messages // 2
     assert result["ratio"] > 0 and result["provider_cpu_us"] > 0
