@@ -5,11 +5,12 @@ two take turns batch by batch in one process on one database, so what differs is
 queue table of the same shape (made by the provider; a backlog split in two halves): on one shared table, strict
 turns make the same contestant pay for every page SQLite fills or splits, and which one pays depends on the parity
 of the writes before the first turn (one warm-up send moved the SQLite one-message send from 0.89x to 0.98x, same
-code); ``--one-table`` runs the old shared-table pairing to show it. Reported per message: wall
-time, the client's CPU time (``time.thread_time``: the driver and Python, not the server), and the ratio (total
-wall of the baseline over the provider's); beside it the median of the ratios of each pair of turns (a stall of
-the shared machine falls on one turn: it moves the total, not the median) and the ratio of client CPU (what the
-wall ratio tends to on a slower CPU: ``python -m bench.slow_cpu`` runs this on one).
+code); ``--one-table`` runs the old shared-table pairing to show it, ``--lead 1`` shifts that parity.
+
+Reported per message: wall time, the client's CPU time (``time.thread_time``: the driver and Python, not the
+server), and the ratio (total wall of the baseline over the provider's); beside it the median of the ratios of each
+pair of turns (a stall of the shared machine falls on one turn: it moves the total, not the median) and the ratio
+of client CPU (what the wall ratio tends to on a slower CPU: ``python -m bench.slow_cpu`` runs this on one).
 
     .venv/bin/python -m bench.paired --case send --batch 1 --dialect postgres
     .venv/bin/python -m bench.paired --case receive --batch 100 --dialect postgres
@@ -64,15 +65,17 @@ Pair = tuple[Callable[[], int], Callable[[], int]]
 
 
 def send_pair(db: BenchDb, transport: Any, queues: tuple[str, str], batch: int, messages: int,
-              opened: list[Any]) -> Pair:
+              opened: list[Any], lead: int = 0) -> Pair:
     """The provider's send (one message) or send_many, and the send baseline's; each sends half of ``messages``
-    (then returns 0)."""
+    (then returns 0). The baseline first sends ``lead`` more, one at a time, not timed (``--lead``)."""
     address = db.address(queues[0])
     conn = db.connect(autocommit=True)
     opened.append(conn)
     ready = outgoing(messages // 2)
     left = {"provider": messages // 2, "baseline": messages // 2}
     send = baseline_sender(db, conn, queues[1], batch)
+    for _ in range(lead):
+        send(1)
 
     def provider() -> int:
         n = min(batch, left["provider"])
@@ -128,7 +131,7 @@ PAIRS = {"send": send_pair, "receive": receive_pair, "drain": drain_pair}
 
 
 def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
-        one_table: bool = False) -> dict[str, Any]:
+        one_table: bool = False, lead: int = 0) -> dict[str, Any]:
     """Fill the backlogs (not for ``send``: half of ``messages`` in each contestant's table, or all of it in the
     one shared table), take turns in batches until one finds nothing left, return the figures."""
     db = BenchDb.open(dialect, pg_url)
@@ -145,7 +148,10 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
                 if case != "send":
                     db.fill(queue, messages // len(tables))
             db.settle()
-            provider, baseline = PAIRS[case](db, transport, queues, batch, messages, opened)
+            if lead and case != "send":
+                raise ValueError("--lead is for --case send")
+            pair = PAIRS[case](db, transport, queues, batch, messages, opened, *((lead,) if lead else ()))
+            provider, baseline = pair
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0
@@ -161,7 +167,7 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
                 else:
                     provider_turn = tally.wall - before
                 turn += 1
-        check_counts(db, case, queues, messages, tallies)
+        check_counts(db, case, queues, messages, tallies, lead)
     finally:
         for conn in opened:
             conn.close()
@@ -174,9 +180,10 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
             "pair_median": statistics.median(pairs) if pairs else 0.0, "pairs": len(pairs)}
 
 
-def check_counts(db: BenchDb, case: str, queues: tuple[str, str], messages: int, tallies: dict[str, Tally]) -> None:
-    """Every message was sent (each table holds what its contestants sent) or taken (each backlog, less what was
-    taken from it, is left; a shared one is empty), else AssertionError. Not timed."""
+def check_counts(db: BenchDb, case: str, queues: tuple[str, str], messages: int, tallies: dict[str, Tally],
+                 lead: int = 0) -> None:
+    """Every message was sent (each table holds what its contestants sent, the baseline's ``lead`` too) or taken
+    (each backlog, less what was taken from it, is left; a shared one is empty), else AssertionError. Not timed."""
     counted = {who: t.messages for who, t in tallies.items()}
     shared = queues[0] == queues[1]
     holders = {queues[0]: ["provider"]}
@@ -184,7 +191,7 @@ def check_counts(db: BenchDb, case: str, queues: tuple[str, str], messages: int,
     for queue, whose in holders.items():
         [(left,)] = db.execute("count", queue)
         done = sum(counted[who] for who in whose)
-        expected = done if case == "send" else messages // len(holders) - done
+        expected = done + (lead if "baseline" in whose else 0) if case == "send" else messages // len(holders) - done
         if left != expected or (case != "send" and shared and done != messages):
             raise AssertionError(f"{case}: {left} rows left in {queue}, {expected} expected; {counted} counted")
 
@@ -198,10 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--one-table", action="store_true",
                         help="both contestants on one shared table (the pairing before 2026-11-28: biased, see above)")
+    parser.add_argument("--lead", type=int, default=0,
+                        help="send: the baseline sends this many messages first, not timed (the parity of the "
+                             "writes before the first turn: --one-table --lead 1 against --one-table)")
     args = parser.parse_args(argv)
-    r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch, args.one_table)
+    r = run(args.case, args.dialect, args.messages, args.pg_url, args.batch, args.one_table, args.lead)
     print(f"{r['case']} on {r['dialect']}, {r['messages']:,} messages in batches of {r['batch']}, one client"
-          f"{', one shared table' if r['one_table'] else ''}: "
+          f"{', one shared table' if r['one_table'] else ''}{f', {args.lead} sent first' if args.lead else ''}: "
           f"provider {r['provider_us']:.1f} µs a message (client CPU {r['provider_cpu_us']:.1f}), "
           f"baseline {r['baseline_us']:.1f} (client CPU {r['baseline_cpu_us']:.1f}): {r['ratio']:.2f}x "
           f"(median of {r['pairs']} turn pairs {r['pair_median']:.2f}x; CPU ratio "

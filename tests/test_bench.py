@@ -75,6 +75,18 @@ def test_paired_batches_take_every_message_between_the_two(case: str, batch: int
     assert result["pairs"] >= 1 and result["pair_median"] > 0
 
 
+@pytest.mark.parametrize("one_table", [False, True], ids=["own-tables", "one-table"])
+def test_paired_lead_sends_first_and_is_counted(one_table: bool) -> None:
+    """``--lead N``: the baseline sends N messages before the first turn; the run's count check includes them (a
+    table short of them fails the run), and the turns still split the timed messages in two halves."""
+    from bench.paired import run
+
+    result = run("send", "sqlite", 40, PG_URL, 1, one_table, lead=3)
+    assert result["taken"] == {"provider": 20, "baseline": 20}
+    with pytest.raises(ValueError, match="--lead is for --case send"):
+        run("receive", "sqlite", 40, PG_URL, 1, one_table, lead=3)
+
+
 def test_wake_writers_bench_measures_every_set_up(capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m bench.wake_writers``: one writer process, every set-up a round, a few wake-up trials."""
     if _PG_SKIP is not None:
