@@ -30,6 +30,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .databases import DEFAULT_PG_URL, BenchDb, outgoing
@@ -134,6 +135,9 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
         one_table: bool = False, lead: int = 0) -> dict[str, Any]:
     """Fill the backlogs (not for ``send``: half of ``messages`` in each contestant's table, or all of it in the
     one shared table), take turns in batches until one finds nothing left, return the figures."""
+    if lead and case != "send":
+        raise ValueError("--lead is for --case send")
+    pairing = partial(send_pair, lead=lead) if case == "send" else PAIRS[case]
     db = BenchDb.open(dialect, pg_url)
     base = f"bench_paired_{case}"
     queues = (base, base) if one_table else (f"{base}_provider", f"{base}_baseline")
@@ -148,10 +152,7 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
                 if case != "send":
                     db.fill(queue, messages // len(tables))
             db.settle()
-            if lead and case != "send":
-                raise ValueError("--lead is for --case send")
-            pair = PAIRS[case](db, transport, queues, batch, messages, opened, *((lead,) if lead else ()))
-            provider, baseline = pair
+            provider, baseline = pairing(db, transport, queues, batch, messages, opened)
             tallies = {"provider": Tally(), "baseline": Tally()}
             turns = [(tallies["provider"], provider), (tallies["baseline"], baseline)]
             turn = 0
