@@ -166,6 +166,46 @@ def test_failing_message_back_at_head_then_error_queue_after_retries(queues, mod
 
 
 @pytest.mark.parametrize("mode", HELD)
+def test_a_released_message_stays_exactly_as_it_was(queues, mode):
+    """A message whose handler failed (an immediate retry) stays in the queue as it was: same Id, position,
+    Expires, Headers text and Body, byte for byte (what another receiver, a .NET endpoint or ServicePulse, reads),
+    and is handled again before the row behind it."""
+    t, q = queues.transport, queues.q("orders")
+    p = ph(queues)
+    expires = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=123000) + timedelta(hours=1)
+    stored_expires = expires if queues.kind == "postgres" else expires.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    headers_text = r'{"NServiceBus.MessageId":"not-a-guid","Zo\u00eb":"\u2028 \\ \"x\"","Order":"1"}'
+    first = uuid.uuid4()
+    queues.sql(f"INSERT INTO {table(queues, 'orders')} (id, expires, headers, body) "  # noqa: S608
+               f"VALUES ({p}, {p}, {p}, {p})", (str(first), stored_expires, headers_text, b"\x00\xff body"))
+    second = t.send(q, b"behind")
+
+    def snapshot() -> list[tuple]:
+        found = queues.sql(f"SELECT id, seq, expires, headers, body FROM {table(queues, 'orders')} "  # noqa: S608
+                           "ORDER BY seq")
+        return [(str(i), int(s), e, hd, bytes(b)) for i, s, e, hd, b in found]
+
+    before = snapshot()
+    seen: list[tuple[uuid.UUID, dict, bytes]] = []
+    during_second_attempt: list[list[tuple]] = []
+
+    def handler(message, context):
+        seen.append((message.id, message.headers, message.body))
+        if len(seen) == 1:
+            raise RuntimeError("transient")
+        if len(seen) == 2:
+            during_second_attempt.append(snapshot())  # what the first batch committed: the row as it was
+
+    summary = t.process(q, handler, mode=mode, immediate_retries=1, batch_size=1)
+    assert during_second_attempt == [before]
+    assert [i for i, _, _ in seen] == [first, first, second]
+    assert seen[0][1:] == seen[1][1:] == ({"NServiceBus.MessageId": "not-a-guid", "Zoë": "\u2028 \\ \"x\"",
+                                          "Order": "1"}, b"\x00\xff body")
+    assert (summary.succeeded, summary.retries, summary.failed) == (2, 1, 0)
+    assert rows(queues, "orders") == [] and rows(queues, "error") == []
+
+
+@pytest.mark.parametrize("mode", HELD)
 def test_failure_then_success_on_retry(queues, mode):
     t, q = queues.transport, queues.q("orders")
     a, b = t.send_many(q, [b"A", b"B"])
