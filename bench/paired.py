@@ -184,16 +184,19 @@ def run(case: str, dialect: str, messages: int, pg_url: str, batch: int = BATCH,
 def check_counts(db: BenchDb, case: str, queues: tuple[str, str], messages: int, tallies: dict[str, Tally],
                  lead: int = 0) -> None:
     """Every message was sent (each table holds what its contestants sent, the baseline's ``lead`` too) or taken
-    (each backlog, less what was taken from it, is left; a shared one is empty), else AssertionError. Not timed."""
+    (each backlog was taken whole, by its contestants), else AssertionError. Not timed."""
     counted = {who: t.messages for who, t in tallies.items()}
-    shared = queues[0] == queues[1]
-    holders = {queues[0]: ["provider"]}
-    holders.setdefault(queues[1], []).append("baseline")
+    holders: dict[str, list[str]] = {}
+    for queue, who in zip(queues, ("provider", "baseline"), strict=True):
+        holders.setdefault(queue, []).append(who)
     for queue, whose in holders.items():
         [(left,)] = db.execute("count", queue)
         done = sum(counted[who] for who in whose)
-        expected = done + (lead if "baseline" in whose else 0) if case == "send" else messages // len(holders) - done
-        if left != expected or (case != "send" and shared and done != messages):
+        if case == "send":
+            expected, taken = done + (lead if "baseline" in whose else 0), done
+        else:
+            expected, taken = 0, messages // len(holders)
+        if left != expected or done != taken:
             raise AssertionError(f"{case}: {left} rows left in {queue}, {expected} expected; {counted} counted")
 
 
